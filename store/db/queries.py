@@ -1,0 +1,164 @@
+"""Read queries over ``entries``; each touches only the rows its answer needs.
+
+The root→leaf path is one recursive CTE over *runs* (``run_start``): each recursive step jumps
+from the first row of a run to its parent row, so a linear history of any length is one step and
+a branched one costs one step per branch point on the path. ``CROSS JOIN`` pins SQLite's join
+order so the recursive table drives the index lookups (the other order scans ``entries`` at every
+step). ``p.depth < h.depth`` holds on every stored link and makes the walk finite even on a
+corrupted table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, Row, bindparam, func, select, text
+
+from store.db.schema import entries, sessions
+
+_RUNS = """
+WITH RECURSIVE walk(step, run_start, run_end) AS (
+    SELECT 0, e.run_start, e.seq
+    FROM entries AS e
+    WHERE e.session_pk = :spk AND e.seq = :leaf AND e.run_start IS NOT NULL
+  UNION ALL
+    SELECT w.step + 1, p.run_start, p.seq
+    FROM walk AS w
+    CROSS JOIN entries AS h
+    CROSS JOIN entries AS p
+    WHERE h.session_pk = :spk AND h.seq = w.run_start
+      AND p.session_pk = :spk AND p.seq = h.parent_seq
+      AND p.depth < h.depth
+)
+"""
+
+PATH_RUNS = text(_RUNS + "SELECT run_start, run_end FROM walk ORDER BY step DESC")
+
+
+def path_runs(conn: Connection, session_pk: int, leaf_seq: int | None) -> list[tuple[int, int]]:
+    """The root→leaf path as runs ``(first_seq, last_seq)`` of consecutive rows, root first."""
+    if leaf_seq is None:
+        return []
+    return [(a, b) for a, b in conn.execute(PATH_RUNS, {"spk": session_pk, "leaf": leaf_seq})]
+
+
+def path_seqs(conn: Connection, session_pk: int, leaf_seq: int | None) -> list[int]:
+    """The root→leaf path as row keys (``seq``), root first; no payload is read."""
+    seqs: list[int] = []
+    for first, last in path_runs(conn, session_pk, leaf_seq):
+        seqs.extend(range(first, last + 1))
+    return seqs
+
+
+def path_rows(conn: Connection, session_pk: int, leaf_seq: int | None, *columns: str) -> Sequence[Row]:
+    """The given ``entries`` columns of every row on the root→leaf path, root first (one statement)."""
+    if leaf_seq is None:
+        return []
+    cols = ", ".join(f"e.{c}" for c in columns)
+    stmt = text(
+        _RUNS + f"SELECT {cols} FROM walk AS w CROSS JOIN entries AS e "
+        "WHERE e.session_pk = :spk AND e.seq BETWEEN w.run_start AND w.run_end "
+        "ORDER BY w.step DESC, e.seq"
+    )
+    return conn.execute(stmt, {"spk": session_pk, "leaf": leaf_seq}).all()
+
+
+def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
+    """Row of the entry Pi's ``byId`` returns for ``entry_id`` (the last row with that id)."""
+    return conn.execute(
+        select(entries.c.seq)
+        .where(entries.c.session_pk == session_pk, entries.c.entry_id == entry_id, entries.c.kind == "entry")
+        .order_by(entries.c.seq.desc())
+        .limit(1)
+    ).scalar()
+
+
+def id_exists(conn: Connection, session_pk: int, entry_id: str) -> bool:
+    return seq_of(conn, session_pk, entry_id) is not None
+
+
+TREE_COLUMNS = (
+    entries.c.seq, entries.c.entry_id, entries.c.parent_seq, entries.c.depth, entries.c.run_start,
+    entries.c.compaction_seq, entries.c.thinking_seq, entries.c.model_seq,
+)
+
+
+def tree_columns_of(conn: Connection, session_pk: int, seq: int) -> Row | None:
+    return conn.execute(
+        select(*TREE_COLUMNS).where(entries.c.session_pk == session_pk, entries.c.seq == seq)
+    ).first()
+
+
+def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int, str]:
+    """``line`` of the given rows."""
+    if not seqs:
+        return {}
+    stmt = select(entries.c.seq, entries.c.line).where(
+        entries.c.session_pk == session_pk, entries.c.seq.in_(bindparam("seqs", expanding=True))
+    )
+    out: dict[int, str] = {}
+    for start in range(0, len(seqs), 500):
+        chunk = list(seqs[start:start + 500])
+        out.update((seq, line) for seq, line in conn.execute(stmt, {"seqs": chunk}))
+    return out
+
+
+def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
+    """Pi's ``getChildren``: per distinct id its last row, kept when that row's parent is
+    ``parent_id``; ordered by the id's first row (Pi iterates its id map in insertion order)."""
+    first = entries.alias("first")
+    first_seq = (
+        select(func.min(first.c.seq))
+        .where(first.c.session_pk == entries.c.session_pk, first.c.entry_id == entries.c.entry_id)
+        .scalar_subquery()
+    )
+    return list(conn.execute(
+        select(entries.c.line)
+        .where(
+            entries.c.session_pk == session_pk,
+            entries.c.parent_id == parent_id,
+            entries.c.kind == "entry",
+            entries.c.superseded.is_(False),
+        )
+        .order_by(first_seq)
+    ).scalars())
+
+
+def last_line_of_type(conn: Connection, session_pk: int, entry_type: str) -> str | None:
+    return conn.execute(
+        select(entries.c.line)
+        .where(entries.c.session_pk == session_pk, entries.c.type == entry_type, entries.c.kind == "entry")
+        .order_by(entries.c.seq.desc())
+        .limit(1)
+    ).scalar()
+
+
+def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | None:
+    return conn.execute(
+        select(entries.c.line)
+        .where(
+            entries.c.session_pk == session_pk, entries.c.target_id == target_id,
+            entries.c.type == "label", entries.c.kind == "entry",
+        )
+        .order_by(entries.c.seq.desc())
+        .limit(1)
+    ).scalar()
+
+
+def all_rows(conn: Connection, session_pk: int, *columns: str) -> Sequence[Row]:
+    """Every row of a session in file order (for whole-session answers: tree, export, inspect)."""
+    return conn.execute(
+        select(*(entries.c[c] for c in columns)).where(entries.c.session_pk == session_pk).order_by(entries.c.seq)
+    ).all()
+
+
+def session_by_id(conn: Connection, session_id: str) -> Row | None:
+    return conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+
+
+def session_by_pk(conn: Connection, session_pk: int) -> Row | None:
+    return conn.execute(select(sessions).where(sessions.c.pk == session_pk)).first()
+
+
+def session_count(conn: Connection) -> int:
+    return conn.execute(select(func.count()).select_from(sessions)).scalar_one()

@@ -1,0 +1,135 @@
+"""The relational schema: one row per session, one row per physical JSONL line.
+
+Every line of a session file is a row of ``entries`` in file order (``seq``, 0-based), whatever it
+holds: the header, an entry, a line Pi would skip. ``line`` is the text Pi interprets (the v3 form
+after migration); ``raw`` keeps the original bytes only when they differ from ``line`` encoded as
+UTF-8, so export is byte-identical without storing most lines twice.
+
+Columns derived at append time (so that reads cost what they return, not what the session holds):
+
+``parent_seq``
+    the row Pi's parent walk reaches from this row (``byId`` semantics: the *last* row carrying the
+    parent id), ``NULL`` when the walk stops (``parentId`` null/empty/missing, or a parent cycle,
+    which we cut at its earliest row in file order).
+``depth``
+    number of steps from this row to the root of its walk; strictly decreasing along ``parent_seq``,
+    which makes every walk terminate.
+``run_start``
+    the first row of the run of consecutive rows that ends here, each row's parent being the row
+    just before it. A linear history is one run, so the root→leaf walk in ``queries.path_runs``
+    takes one recursive step per branch point instead of one per entry.
+``compaction_seq`` / ``thinking_seq`` / ``model_seq``
+    the latest compaction / thinking-level change / model source (model change or assistant
+    message) on the path ending at this row, inclusive; the context services read these instead
+    of walking the whole path.
+``superseded``
+    a later row carries the same entry id (Pi's lookups see only the last one).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class SessionRow(Base):
+    """One session: header fields, denormalised listing info, and where it came from."""
+
+    __tablename__ = "sessions"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(Text, unique=True)
+    version: Mapped[int | None] = mapped_column(Integer)
+    cwd: Mapped[str] = mapped_column(Text, default="")
+    parent_session: Mapped[str | None] = mapped_column(Text)
+    created: Mapped[str | None] = mapped_column(Text, doc="header timestamp as written")
+    created_ms: Mapped[int | None] = mapped_column(BigInteger, doc="header timestamp, ms since epoch")
+    activity_ms: Mapped[int | None] = mapped_column(
+        BigInteger, doc="latest user/assistant message time (Pi's list rule: message ms, else entry time)"
+    )
+    modified_ms: Mapped[int | None] = mapped_column(
+        BigInteger, doc="latest user/assistant activity (Pi's list rule), else header time"
+    )
+    name: Mapped[str | None] = mapped_column(Text, doc="latest session_info name, trimmed")
+    first_message: Mapped[str | None] = mapped_column(Text, doc="first non-empty user text")
+    entry_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
+    message_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
+    header_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the header line")
+    last_seq: Mapped[int] = mapped_column(Integer, default=-1, doc="row of the last physical line")
+    leaf_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the last entry: the leaf on open")
+    pi_valid: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi would open this file")
+    pi_listable: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi's list() would show it")
+    has_conversation: Mapped[bool] = mapped_column(Boolean, default=False, doc="holds a user/assistant message")
+    migrated_from: Mapped[str | None] = mapped_column(Text, doc="header version before migration")
+    source_path: Mapped[str | None] = mapped_column(Text)
+    source_sha256: Mapped[str | None] = mapped_column(String(64))
+    source_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"))
+
+
+class EntryRow(Base):
+    """One physical line of a session file (see the module docstring for the derived columns)."""
+
+    __tablename__ = "entries"
+
+    pk: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(
+        String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"
+    )
+    entry_id: Mapped[str | None] = mapped_column(Text)
+    parent_id: Mapped[str | None] = mapped_column(Text)
+    type: Mapped[str | None] = mapped_column(Text)
+    role: Mapped[str | None] = mapped_column(Text, doc="message role for type='message'")
+    target_id: Mapped[str | None] = mapped_column(Text, doc="targetId of label / context_edit")
+    timestamp: Mapped[str | None] = mapped_column(Text)
+    line: Mapped[str] = mapped_column(Text)
+    raw: Mapped[bytes | None] = mapped_column(LargeBinary)
+    eol: Mapped[str] = mapped_column(String(2), default="\n")
+    parent_seq: Mapped[int | None] = mapped_column(Integer)
+    depth: Mapped[int | None] = mapped_column(Integer)
+    run_start: Mapped[int | None] = mapped_column(Integer)
+    compaction_seq: Mapped[int | None] = mapped_column(Integer)
+    thinking_seq: Mapped[int | None] = mapped_column(Integer)
+    model_seq: Mapped[int | None] = mapped_column(Integer)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (
+        UniqueConstraint("session_pk", "seq"),
+        Index(None, "session_pk", "entry_id", "seq"),
+        Index(None, "session_pk", "parent_id"),
+        Index(None, "session_pk", "type", "seq"),
+        Index(None, "session_pk", "target_id"),
+    )
+
+
+sessions = SessionRow.__table__
+entries = EntryRow.__table__

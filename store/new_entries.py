@@ -1,0 +1,158 @@
+"""The entries ``SessionManager.append_*`` creates, with Pi's key order and omissions.
+
+Pi writes ``JSON.stringify(entry)``: keys in the order the object literal lists them, keys whose
+value is ``undefined`` left out. Here ``None`` for an optional argument means "not given" (left
+out); pass JSON ``null`` where Pi stores null by giving it explicitly where the format requires it
+(``parentId``, a context edit's ``replacement``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from store.errors import InvalidReplacement
+
+
+def now_iso(ms: float | None = None) -> str:
+    """``new Date().toISOString()``: UTC with milliseconds and a ``Z``."""
+    ms = time.time() * 1000 if ms is None else ms
+    stamp = datetime.fromtimestamp(int(ms) / 1000, UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ms) % 1000:03d}Z"
+
+
+def short_id() -> str:
+    """Eight hex digits, like ``randomUUID().slice(0, 8)``."""
+    return secrets.token_hex(4)
+
+
+def long_id() -> str:
+    """A full random UUID: Pi's fallback id after 100 colliding short ones."""
+    return str(uuid.uuid4())
+
+
+def uuid7(ms: float | None = None) -> str:
+    """A version-7 UUID (time-ordered), Pi's session id format."""
+    ms = int(time.time() * 1000 if ms is None else ms)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | secrets.randbits(12) << 64
+    value |= 0b10 << 62 | secrets.randbits(62)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def resolve_cwd(cwd: str) -> str:
+    return os.path.abspath(os.path.expanduser(cwd))
+
+
+def header(session_id: str, timestamp: str, cwd: str, parent_session: str | None = None) -> dict:
+    entry = {"type": "session", "version": 3, "id": session_id, "timestamp": timestamp, "cwd": cwd}
+    if parent_session is not None:
+        entry["parentSession"] = parent_session
+    return entry
+
+
+def _base(kind: str, entry_id: str, parent_id: str | None, timestamp: str) -> dict:
+    return {"type": kind, "id": entry_id, "parentId": parent_id, "timestamp": timestamp}
+
+
+def _optional(entry: dict, **fields: Any) -> dict:
+    for key, value in fields.items():
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
+def message(entry_id: str, parent_id: str | None, ts: str, msg: dict) -> dict:
+    entry = _base("message", entry_id, parent_id, ts)
+    entry["message"] = msg
+    return entry
+
+
+def thinking_level_change(entry_id: str, parent_id: str | None, ts: str, level: str) -> dict:
+    entry = _base("thinking_level_change", entry_id, parent_id, ts)
+    entry["thinkingLevel"] = level
+    return entry
+
+
+def model_change(entry_id: str, parent_id: str | None, ts: str, provider: str, model_id: str) -> dict:
+    entry = _base("model_change", entry_id, parent_id, ts)
+    entry["provider"] = provider
+    entry["modelId"] = model_id
+    return entry
+
+
+def usage(entry_id: str, parent_id: str | None, ts: str, kind: str, provider: str, model: str,
+          usage_data: dict, note: str | None) -> dict:
+    entry = _base("usage", entry_id, parent_id, ts)
+    entry.update(kind=kind, provider=provider, model=model, usage=usage_data)
+    if note:  # Pi spreads the note in only when it is truthy
+        entry["note"] = note
+    return entry
+
+
+def compaction(entry_id: str, parent_id: str | None, ts: str, summary: str, first_kept: str | None,
+               tokens_before: int, details: Any, from_hook: bool | None, usage_data: Any,
+               system_message: dict | None) -> dict:
+    entry = _base("compaction", entry_id, parent_id, ts)
+    entry.update(summary=summary, firstKeptEntryId=entry_id if first_kept is None else first_kept,
+                 tokensBefore=tokens_before)
+    _optional(entry, details=details, usage=usage_data, fromHook=from_hook, systemMessage=system_message)
+    return entry
+
+
+def custom(entry_id: str, parent_id: str | None, ts: str, custom_type: str, data: Any) -> dict:
+    entry = _optional({"type": "custom", "customType": custom_type}, data=data)
+    entry.update(id=entry_id, parentId=parent_id, timestamp=ts)
+    return entry
+
+
+def session_info(entry_id: str, parent_id: str | None, ts: str, name: str) -> dict:
+    entry = _base("session_info", entry_id, parent_id, ts)
+    entry["name"] = sanitize_name(name)
+    return entry
+
+
+def sanitize_name(name: str) -> str:
+    """Runs of CR/LF become one space, then the name is trimmed (Pi's ``appendSessionInfo``)."""
+    return re.sub(r"[\r\n]+", " ", name).strip()
+
+
+def custom_message(entry_id: str, parent_id: str | None, ts: str, custom_type: str, content: Any,
+                   display: bool, details: Any) -> dict:
+    entry: dict = {"type": "custom_message", "customType": custom_type, "content": content, "display": display}
+    _optional(entry, details=details)
+    entry.update(id=entry_id, parentId=parent_id, timestamp=ts)
+    return entry
+
+
+def context_edit(entry_id: str, parent_id: str | None, ts: str, target_id: str,
+                 replacement: dict | None) -> dict:
+    entry = _base("context_edit", entry_id, parent_id, ts)
+    entry.update(targetId=target_id, replacement=replacement)
+    return entry
+
+
+def check_replacement(replacement: Any) -> None:
+    """A replacement is null or an object whose ``content`` is a string or a list."""
+    if replacement is None:
+        return
+    if not isinstance(replacement, dict) or not isinstance(replacement.get("content", None), (str, list)):
+        raise InvalidReplacement("Context edit replacement must be null or contain string/array content")
+
+
+def label(entry_id: str, parent_id: str | None, ts: Any, target_id: str, text: str | None) -> dict:
+    entry = _base("label", entry_id, parent_id, ts)
+    entry["targetId"] = target_id
+    return _optional(entry, label=text)
+
+
+def branch_summary(entry_id: str, parent_id: str | None, ts: str, from_id: str, summary: str, details: Any,
+                   usage_data: Any, from_hook: bool | None) -> dict:
+    entry = _base("branch_summary", entry_id, parent_id, ts)
+    entry.update(fromId=from_id, summary=summary)
+    return _optional(entry, details=details, usage=usage_data, fromHook=from_hook)

@@ -1,0 +1,178 @@
+"""Pi's ``getTree()`` over a session's entries, with its exact node and child order.
+
+Nodes are keyed by entry id the way Pi's ``Map`` keys them (a later duplicate id replaces the
+node, and the replaced node is pushed once per entry carrying the id); children are sorted by
+``new Date(timestamp)`` with V8's sort, whose result on invalid dates (NaN comparisons) we follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.format.jsdate import parse_js_date
+from store.format.jsvalue import UNDEFINED, map_key, prop, truthy
+
+
+@dataclass(eq=False, slots=True)
+class TreeNode:
+    """One node of :func:`build_tree`'s result."""
+
+    entry: Any
+    children: list[TreeNode] = field(default_factory=list)
+    label: str | None = None
+    label_timestamp: Any = None
+
+
+def resolve_labels(entries: Iterable[Any]) -> tuple[dict[tuple, Any], dict[tuple, Any]]:
+    """Labels per target (file order, latest wins, a falsy label clears) and their timestamps."""
+    labels: dict[tuple, Any] = {}
+    stamps: dict[tuple, Any] = {}
+    for entry in entries:
+        if prop(entry, "type") != "label":
+            continue
+        key = map_key(prop(entry, "targetId"))
+        label = prop(entry, "label")
+        if truthy(label):
+            labels[key] = label
+            stamps[key] = prop(entry, "timestamp")
+        else:
+            labels.pop(key, None)
+            stamps.pop(key, None)
+    return labels, stamps
+
+
+def build_tree(entries: list[Any]) -> list[TreeNode]:
+    """Roots of the session tree, children in Pi's order (see module docstring)."""
+    labels, stamps = resolve_labels(entries)
+    nodes: dict[tuple, TreeNode] = {}
+    for entry in entries:
+        key = map_key(prop(entry, "id"))
+        label = labels.get(key, UNDEFINED)
+        stamp = stamps.get(key, UNDEFINED)
+        nodes[key] = TreeNode(
+            entry, label=None if label is UNDEFINED else label, label_timestamp=None if stamp is UNDEFINED else stamp
+        )
+    roots: list[TreeNode] = []
+    for entry in entries:
+        entry_id = prop(entry, "id")
+        node = nodes[map_key(entry_id)]
+        parent_id = prop(entry, "parentId")
+        if parent_id is None or map_key(parent_id) == map_key(entry_id):
+            roots.append(node)
+            continue
+        parent = nodes.get(map_key(parent_id))
+        (parent.children if parent is not None else roots).append(node)
+    stack = list(roots)
+    sorted_nodes: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in sorted_nodes:  # a node reachable twice (duplicate ids): sort once
+            continue
+        sorted_nodes.add(id(node))
+        node.children = v8_sort(node.children, _timestamp_compare)
+        stack.extend(node.children)
+    return roots
+
+
+def _timestamp_compare(a: TreeNode, b: TreeNode) -> float | None:
+    ta = parse_js_date(prop(a.entry, "timestamp"))
+    tb = parse_js_date(prop(b.entry, "timestamp"))
+    return None if ta is None or tb is None else ta - tb
+
+
+def v8_sort(items: list, compare: Callable[[Any, Any], float | None]) -> list:
+    """``Array.prototype.sort`` as V8 runs it for short arrays: one natural run, then binary
+    insertion. A comparison result of None is NaN (neither less nor greater nor equal).
+
+    For arrays of 64 or more items V8 merges runs; with consistent comparisons that equals any
+    stable sort, which we then use. Only 64+ siblings with invalid timestamps could differ.
+    """
+    n = len(items)
+    if n < 2:
+        return list(items)
+    keys_ok = all(compare(items[0], item) is not None for item in items)
+    if n >= 64 and keys_ok:
+        import functools
+
+        return sorted(items, key=functools.cmp_to_key(lambda a, b: _sign(compare(a, b))))
+    work = list(items)
+
+    def less(a: Any, b: Any) -> bool:
+        order = compare(a, b)
+        return order is not None and order < 0
+
+    def not_less(a: Any, b: Any) -> bool:  # order >= 0, false for NaN
+        order = compare(a, b)
+        return order is not None and order >= 0
+
+    run = 2
+    descending = less(work[1], work[0])
+    previous = work[1]
+    for index in range(2, n):
+        current = work[index]
+        if (not_less(current, previous)) if descending else less(current, previous):
+            break
+        previous = current
+        run += 1
+    if descending:
+        work[:run] = work[:run][::-1]
+    for start in range(run, n):
+        pivot = work[start]
+        left, right = 0, start
+        while left < right:
+            mid = left + ((right - left) >> 1)
+            if less(pivot, work[mid]):
+                right = mid
+            else:
+                left = mid + 1
+        work[left + 1:start + 1] = work[left:start]
+        work[left] = pivot
+    return work
+
+
+def _sign(order: float | None) -> int:
+    return 0 if not order else (-1 if order < 0 else 1)
+
+
+def flatten_tree(roots: list[TreeNode]) -> list[dict]:
+    """Pre-order list of nodes in the oracle's ``tree`` shape (``cycle: true`` marks a node met
+    again below itself, which only duplicate ids can cause)."""
+    out: list[dict] = []
+    on_path: set[int] = set()
+    stack: list[tuple] = [(root, 0, None) for root in reversed(roots)]
+    while stack:
+        item = stack.pop()
+        if item[0] == "exit":
+            on_path.discard(item[1])
+            continue
+        node, depth, parent = item
+        node_id = _id_or_none(node.entry)
+        record = {
+            "id": node_id,
+            "treeParentId": parent,
+            "depth": depth,
+            "type": _type_or_none(node.entry),
+            "label": node.label,
+            "labelTimestamp": node.label_timestamp,
+            "children": [_id_or_none(child.entry) for child in node.children],
+        }
+        out.append(record)
+        if id(node) in on_path:
+            record["cycle"] = True
+            continue
+        on_path.add(id(node))
+        stack.append(("exit", id(node)))
+        stack.extend((child, depth + 1, node_id) for child in reversed(node.children))
+    return out
+
+
+def _id_or_none(entry: Any) -> Any:
+    value = prop(entry, "id")
+    return None if value is UNDEFINED else value
+
+
+def _type_or_none(entry: Any) -> Any:
+    value = prop(entry, "type")
+    return None if value is UNDEFINED else value

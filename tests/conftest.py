@@ -1,0 +1,96 @@
+"""Shared fixtures: every store test runs on a real SQLite file and on the real PostgreSQL server.
+
+PostgreSQL: ``$PI_STORE_TEST_PG`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
+names a server and a maintenance database; the tests create their own database beside it and
+drop it at the end. When the server cannot be reached the PostgreSQL half is skipped with the
+reason, and the run's summary says so in capitals — never a silent pass.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from store.session_store import SessionStore
+
+PG_URL = os.environ.get("PI_STORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+_pg_state: dict[str, str | None] = {}
+
+
+class Clock:
+    """A deterministic clock (ms since the epoch) that advances 1 ms per reading."""
+
+    def __init__(self, start_ms: float = 1_767_225_600_000.0) -> None:
+        self.now = start_ms
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def _pg_database() -> str | None:
+    """URL of this run's PostgreSQL database, or None (reason in ``_pg_state['skip']``)."""
+    if "url" in _pg_state:
+        return _pg_state["url"]
+    name = f"pi_store_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server means: skip PG
+        _pg_state["url"] = None
+        _pg_state["skip"] = f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}"
+        return None
+    _pg_state["url"] = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    _pg_state["name"] = name
+    return _pg_state["url"]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    name = _pg_state.get("name")
+    if name:
+        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _pg_state.get("skip"):
+        terminalreporter.write_sep("!", "POSTGRESQL TESTS WERE SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(_pg_state["skip"], red=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL on each engine."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    url = _pg_database()
+    if url is None:
+        pytest.skip(_pg_state["skip"])
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS entries, sessions, alembic_version CASCADE"))
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(db_url: str, clock: Clock) -> Iterator[SessionStore]:
+    """A SessionStore on a fresh database (SQLite file, then PostgreSQL)."""
+    with SessionStore.connect(db_url, clock=clock) as s:
+        yield s

@@ -1,0 +1,212 @@
+"""The SessionManager API on both engines: Pi's rules for appends, branches, labels, names,
+context edits, compactions, deferred persistence, and failures that leave nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from store.errors import EntryNotFound, InvalidReplacement, NotEditable, NotOnActiveBranch, SessionExists
+from store.session_store import SessionStore
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text, "timestamp": 1}
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p", "model": "m",
+            "api": "x", "stopReason": "stop", "timestamp": 2}
+
+
+def ids(entries: list[dict]) -> list[str]:
+    return [e["id"] for e in entries]
+
+
+def test_seed_exercise_branches_survive_and_reopen_follows_the_last_branch(store: SessionStore) -> None:
+    sm = store.create("/work/project")
+    root = sm.append_message(user("root question"))
+    a = sm.append_message(assistant("answer on branch A"))
+    sm.branch(root)
+    b = sm.append_message(assistant("answer on branch B"))
+    assert ids(sm.get_branch()) == [root, b]
+    assert sm.get_entry(a)["message"]["content"][0]["text"] == "answer on branch A"  # A is still stored
+    reopened = store.open(sm.get_session_id())
+    assert reopened.get_leaf_id() == b
+    assert ids(reopened.get_branch()) == [root, b]
+    assert {c["id"] for c in reopened.get_children(root)} == {a, b}
+    custom = reopened.append_custom_entry("ext.state", {"k": 1})
+    shown = reopened.append_custom_message_entry("ext.note", "visible to the model", True)
+    assert ids(reopened.get_branch())[-2:] == [custom, shown]
+
+
+def test_nothing_is_stored_before_the_first_user_or_assistant_message(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_model_change("anthropic", "claude")
+    sm.append_thinking_level_change("high")
+    assert store.list_all() == []
+    assert store.find_by_id(sm.get_session_id()) is None
+    first = sm.append_message(user("hello"))
+    infos = store.list_all()
+    assert [i.id for i in infos] == [sm.get_session_id()]
+    assert infos[0].first_message == "hello" and infos[0].message_count == 1
+    assert [e["type"] for e in store.open(sm.get_session_id()).get_branch()] == [
+        "model_change", "thinking_level_change", "message"]
+    assert sm.get_leaf_id() == first
+
+
+def test_in_memory_sessions_are_never_stored(store: SessionStore) -> None:
+    sm = store.in_memory("/w")
+    sm.append_message(user("hi"))
+    sm.append_message(assistant("yo"))
+    assert len(sm.get_branch()) == 2
+    assert store.list_all() == []
+
+
+def test_failed_flush_leaves_the_manager_unchanged(store: SessionStore) -> None:
+    first = store.create("/w", session_id="fixed-id")
+    first.append_message(user("one"))
+    twin = store.create("/w", session_id="fixed-id")
+    setup = twin.append_model_change("p", "m")
+    with pytest.raises(SessionExists):
+        twin.append_message(user("two"))
+    assert twin.get_leaf_id() == setup
+    assert ids(twin.get_branch()) == [setup]
+    assert [e["message"]["content"] for e in store.open("fixed-id").get_branch()] == ["one"]
+
+
+def test_failed_batch_stores_nothing(store: SessionStore) -> None:
+    sm = store.create("/w")
+    keep = sm.append_message(user("kept"))
+    with pytest.raises(RuntimeError), sm.batch():
+        sm.append_message(assistant("lost"))
+        raise RuntimeError("boom")
+    assert sm.get_leaf_id() == keep
+    assert ids(store.open(sm.get_session_id()).get_branch()) == [keep]
+
+
+def test_batched_appends_chain_and_commit_together(store: SessionStore) -> None:
+    sm = store.create("/w")
+    with sm.batch():
+        made = [sm.append_message(user(f"q{i}")) for i in range(50)]
+    assert ids(store.open(sm.get_session_id()).get_branch()) == made
+
+
+def test_branch_and_label_validation(store: SessionStore) -> None:
+    sm = store.create("/w")
+    m = sm.append_message(user("x"))
+    with pytest.raises(EntryNotFound):
+        sm.branch("nope")
+    with pytest.raises(EntryNotFound):
+        sm.append_label_change("nope", "tag")
+    sm.append_label_change(m, "tag")
+    assert sm.get_label(m) == "tag"
+    sm.append_label_change(m, "")
+    assert sm.get_label(m) is None
+
+
+def test_session_names_are_sanitised_and_latest_wins(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_message(user("x"))
+    sm.append_session_info("  first\r\n\nname  ")
+    assert sm.get_session_name() == "first name"
+    sm.append_session_info("   ")
+    assert sm.get_session_name() is None
+    sm.append_session_info("second")
+    assert store.find_by_id(sm.get_session_id()).name == "second"
+
+
+def test_context_edit_rules(store: SessionStore) -> None:
+    sm = store.create("/w")
+    q = sm.append_message(user("question"))
+    a = sm.append_message(assistant("answer"))
+    model = sm.append_model_change("p", "m")
+    with pytest.raises(InvalidReplacement):
+        sm.append_context_edit(q, {"text": "no content key"})
+    with pytest.raises(NotEditable):
+        sm.append_context_edit(model, None)
+    with pytest.raises(EntryNotFound):
+        sm.append_context_edit("missing", None)
+    edit = sm.append_context_edit(a, {"content": "shorter"})
+    assert sm.get_entry(edit)["replacement"] == {"content": [{"type": "text", "text": "shorter"}]}
+    user_edit = sm.append_context_edit(q, {"content": "plain stays a string"})
+    assert sm.get_entry(user_edit)["replacement"] == {"content": "plain stays a string"}
+    sm.branch(q)
+    with pytest.raises(NotOnActiveBranch):
+        sm.append_context_edit(a, None)
+
+
+def test_retain_none_compaction_keeps_its_own_id(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_message(user("x"))
+    c = sm.append_compaction("summary", None, 123)
+    assert sm.get_entry(c)["firstKeptEntryId"] == c
+    assert list(sm.get_entry(c)) == ["type", "id", "parentId", "timestamp", "summary", "firstKeptEntryId",
+                                     "tokensBefore"]
+
+
+def test_branch_with_summary_records_the_left_leaf(store: SessionStore) -> None:
+    sm = store.create("/w")
+    q = sm.append_message(user("x"))
+    a = sm.append_message(assistant("y"))
+    s = sm.branch_with_summary(q, "tried y")
+    entry = sm.get_entry(s)
+    assert (entry["parentId"], entry["fromId"]) == (q, a)
+    sm.reset_leaf()
+    root_summary = sm.branch_with_summary(None, "from nothing")
+    assert sm.get_entry(root_summary)["fromId"] == "root"
+    assert sm.get_entry(root_summary)["parentId"] is None
+    with pytest.raises(EntryNotFound):
+        sm.branch_with_summary("missing", "x")
+
+
+def test_reset_leaf_starts_a_new_root(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_message(user("x"))
+    sm.reset_leaf()
+    assert sm.get_branch() == []
+    root2 = sm.append_message(user("again"))
+    assert ids(sm.get_branch()) == [root2]
+    assert len(sm.get_tree()) == 2
+
+
+def test_create_branched_session_keeps_the_path_and_reemits_labels(store: SessionStore) -> None:
+    sm = store.create("/w")
+    q = sm.append_message(user("q"))
+    label = sm.append_label_change(q, "start")
+    a = sm.append_message(assistant("a"))
+    sm.branch(q)
+    sm.append_message(assistant("other branch"))
+    old_id = sm.get_session_id()
+    new_id = sm.create_branched_session(a)
+    assert sm.get_session_id() == new_id != old_id
+    entries = sm.get_entries()
+    assert [e["type"] for e in entries] == ["message", "message", "label"]
+    assert entries[1]["parentId"] == q  # re-chained over the dropped label entry
+    assert entries[2]["targetId"] == q and entries[2]["label"] == "start" and entries[2]["id"] != label
+    assert sm.get_header()["parentSession"] == old_id
+    assert store.find_by_id(new_id) is not None
+
+
+def test_fork_from_copies_every_branch(store: SessionStore) -> None:
+    sm = store.create("/w")
+    q = sm.append_message(user("q"))
+    sm.append_message(assistant("a"))
+    sm.branch(q)
+    sm.append_message(assistant("b"))
+    fork = store.fork_from(sm.get_session_id(), "/elsewhere")
+    assert fork.get_cwd() == "/elsewhere"
+    assert ids(fork.get_entries()) == ids(sm.get_entries())
+    assert fork.get_header()["parentSession"] == sm.get_session_id()
+
+
+def test_listing_and_continue_recent(store: SessionStore) -> None:
+    one = store.create("/a")
+    one.append_message(user("first a"))
+    two = store.create("/a")
+    two.append_message(user("second a"))
+    other = store.create("/b")
+    other.append_message(user("b"))
+    assert [i.id for i in store.list("/a")] == [two.get_session_id(), one.get_session_id()]
+    assert store.continue_recent("/a").get_session_id() == two.get_session_id()
+    fresh = store.continue_recent("/c")
+    assert store.find_by_id(fresh.get_session_id()) is None  # new, not stored until it talks
