@@ -107,3 +107,7 @@ def inspect_command(session: str, leaf: str | None, all_leaves: bool) -> None:
         _emit(describe_session(_store(), session, leaf, all_leaves))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+if __name__ == "__main__":
+    main()

@@ -40,13 +40,15 @@ class ListingState:
             self.pi_listable = False
 
     def _add(self, value: Any) -> None:
-        kind = prop(value, "type")
+        if not isinstance(value, dict):
+            return
+        kind = value.get("type")
         if kind == "session_info":
-            self.name = _trimmed_name(prop(value, "name"))
+            self.name = _trimmed_name(value.get("name", UNDEFINED))
         if kind != "message":
             return
         self.message_count += 1
-        message = prop(value, "message")
+        message = value.get("message", UNDEFINED)
         if message is None or message is UNDEFINED:
             raise _PiWouldThrow  # Pi reads message.role of null
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:

@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Connection, Engine, select
 
 from store import new_entries
 from store.db import queries
+from store.db.appends import AppendCursor
 from store.db.engine import read_transaction, write_transaction
 from store.db.schema import entries as entries_table
-from store.db.writes import advance_session, entry_row, insert_rows, insert_session
-from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists, StoreError
+from store.db.writes import ROW_COLUMNS, db_text, entry_values, insert_rows, insert_session
+from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import prop
 from store.listing import ListingState, trimmed_session_name
@@ -34,24 +35,25 @@ if TYPE_CHECKING:
     from store.session_store import SessionStore
 
 EDITABLE_ROLES = ("user", "assistant", "toolResult")
+LOAD_IDS_AFTER = 256  # appends in one batch after which the session's ids are loaded once
 
 
 @dataclass(slots=True)
-class _PendingEntry:
-    entry: dict
-    line: str
-    parent: TreeColumns | int | None  # a stored row, an earlier pending entry (index), or a root
+class _Batch:
+    """An open write transaction collecting appends (see ``SessionManager.batch``)."""
 
-
-@dataclass(slots=True)
-class _Pending:
+    conn: Connection
+    cursor: AppendCursor
     base_leaf: TreeColumns | None
     base_leaf_id: str | None
-    leaf_ref: TreeColumns | int | None  # the leaf: a stored row or a pending entry (index)
-    items: list[_PendingEntry] = field(default_factory=list)
-
-    def ids(self) -> set[str]:
-        return {item.entry["id"] for item in self.items}
+    last_seq: int
+    rows: int = 0
+    unwritten: list[tuple] = field(default_factory=list)  # rows not yet sent to the database
+    new_ids: set[str] = field(default_factory=set)
+    known_ids: set[str] | None = None  # all ids of the session, once a long batch loaded them
+    listing: ListingState = field(default_factory=lambda: ListingState(texts=None))
+    name: tuple[str | None] | None = None
+    conversation: bool = False
 
 
 def _is_conversation(entry: dict) -> bool:
@@ -68,11 +70,11 @@ class SessionManager:
         self._spk = session_pk
         self._persist = persist
         self._flushed = flushed
-        self._pending: _Pending | None = None
+        self._batch: _Batch | None = None
         self._load_identity()
 
     def _load_identity(self) -> None:
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             row = queries.session_by_pk(conn, self._spk)
             self.session_id: str = row.session_id
             self.cwd: str = row.cwd
@@ -111,133 +113,123 @@ class SessionManager:
     # ------------------------------------------------------------------ writing
     @contextmanager
     def batch(self) -> Iterator[SessionManager]:
-        """Buffer the appends made inside the block and commit them in one transaction.
+        """Run the block's appends in one write transaction, committed when the block ends.
 
-        Inside the block only ``append_*``, ``branch_with_summary`` and ``get_leaf_id`` see the
-        buffered entries; if the block raises, nothing of it is stored and the leaf is restored.
+        Reads inside the block see the block's entries. If the block raises, nothing of it is
+        stored and the leaf goes back to where it was. The transaction holds the database's write
+        lock (SQLite) or the session row's lock (PostgreSQL) until the block ends.
         """
-        if self._pending is not None:
+        if self._batch is not None:
             yield self
             return
-        self._pending = _Pending(self._leaf, self._leaf_id, self._leaf)
+        base = (self._leaf, self._leaf_id)
+        private = self._engine
         try:
-            yield self
+            with write_transaction(private) as conn:
+                cursor = AppendCursor(conn)
+                self._batch = _Batch(conn, cursor, *base, last_seq=cursor.lock_session(self._spk))
+                yield self
+                batch = self._batch
+                batch.cursor.insert(batch.unwritten)
+                if batch.rows:
+                    batch.cursor.advance(
+                        self._spk, last_seq=batch.last_seq, leaf_seq=batch.last_seq, entries=batch.rows,
+                        messages=batch.listing.message_count, activity_ms=batch.listing.last_activity_ms,
+                        first_message=db_text(batch.listing.first_message) if batch.listing.first_message else None,
+                        name=None if batch.name is None else (batch.name[0] and db_text(batch.name[0]),),
+                        conversation=batch.conversation, listable=batch.listing.pi_listable,
+                    )
+                    if self._persist and not self._flushed and batch.conversation:
+                        self._store_private_session(conn)
         except BaseException:
-            pending, self._pending = self._pending, None
-            self._leaf, self._leaf_id = pending.base_leaf, pending.base_leaf_id
+            self._leaf, self._leaf_id = base
             raise
-        pending, self._pending = self._pending, None
-        try:
-            self._commit(pending)
-        except BaseException:
-            self._leaf, self._leaf_id = pending.base_leaf, pending.base_leaf_id
-            raise
+        finally:
+            self._batch = None
+        if self._engine is not private:  # moved into the store: the private database is done
+            private.dispose()
 
-    def _append(self, build: Callable[[str, str | None, str], dict], parent: str | None | bool = False) -> dict:
+    def _append(self, build: Callable[[str, str | None, str], dict], parent: str | bool | None = False) -> dict:
         """Create an entry under the leaf (or under ``parent`` when given) and make it the leaf."""
         with self.batch():
-            pending = self._pending
-            assert pending is not None
+            batch = self._batch
+            assert batch is not None
             if parent is False:
-                parent_ref, parent_id = pending.leaf_ref, self._leaf_id
+                parent_cols, parent_id = self._leaf, self._leaf_id
             else:
                 parent_id = parent  # type: ignore[assignment]
-                parent_ref = self._resolve_parent(parent_id)
-            entry = build(self._new_id(), parent_id, self._now())
-            pending.items.append(_PendingEntry(entry, js_stringify(entry), parent_ref))
-            pending.leaf_ref = len(pending.items) - 1
-            self._leaf_id = entry["id"]
+                parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
+            entry = build(self._new_id(batch), parent_id, self._now())
+            line = js_stringify(entry)
+            seq = batch.last_seq + 1
+            cols = derive_child(seq, entry["id"], entry, parent_cols)
+            batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))
+            batch.last_seq, batch.rows = seq, batch.rows + 1
+            batch.listing.add(entry)
+            if entry["type"] == "session_info":
+                batch.name = (trimmed_session_name(entry),)
+            batch.conversation = batch.conversation or _is_conversation(entry)
+            self._leaf, self._leaf_id = cols, entry["id"]
         return entry
 
-    def _resolve_parent(self, entry_id: str | None) -> TreeColumns | int | None:
-        if entry_id is None:
-            return None
-        pending = self._pending
-        if pending is not None:
-            for index in range(len(pending.items) - 1, -1, -1):
-                if pending.items[index].entry["id"] == entry_id:
-                    return index
-        with read_transaction(self._engine) as conn:
-            seq = queries.seq_of(conn, self._spk, entry_id)
-            cols = queries.tree_columns_of(conn, self._spk, seq) if seq is not None else None
+    def _columns_of(self, conn: Connection, entry_id: str) -> TreeColumns:
+        seq = queries.seq_of(conn, self._spk, entry_id)
+        cols = queries.tree_columns_of(conn, self._spk, seq) if seq is not None else None
         if cols is None:
             raise EntryNotFound(f"Entry {entry_id} not found")
         return TreeColumns(cols.seq, cols.entry_id, cols.parent_seq, cols.depth, cols.run_start,
                            cols.compaction_seq, cols.thinking_seq, cols.model_seq)
 
-    def _new_id(self) -> str:
-        taken = self._pending.ids() if self._pending is not None else set()
-        with read_transaction(self._engine) as conn:
-            for _ in range(100):
-                candidate = new_entries.short_id()
-                if candidate not in taken and not queries.id_exists(conn, self._spk, candidate):
-                    return candidate
+    def _new_id(self, batch: _Batch) -> str:
+        """An id no entry of the session has (Pi: 8 hex digits, 100 tries, then a full UUID).
+
+        The batch holds the write lock, so checking is exact. The first appends of a batch ask
+        the database once per id; a long batch loads the session's ids once instead."""
+        if batch.known_ids is None and batch.rows >= LOAD_IDS_AFTER:
+            batch.known_ids = batch.cursor.all_ids(self._spk) | batch.new_ids
+        for _ in range(100):
+            candidate = new_entries.short_id()
+            if batch.known_ids is not None:
+                taken = candidate in batch.known_ids
+            else:
+                taken = candidate in batch.new_ids or batch.cursor.id_taken(self._spk, candidate)
+            if not taken:
+                batch.new_ids.add(candidate)
+                if batch.known_ids is not None:
+                    batch.known_ids.add(candidate)
+                return candidate
         return new_entries.long_id()
 
     def _now(self) -> str:
         return new_entries.now_iso(self._store.clock())
 
-    def _commit(self, pending: _Pending) -> None:
-        if not pending.items:
-            return
-        flush = (
-            self._persist and not self._flushed
-            and any(_is_conversation(item.entry) for item in pending.items)
-        )
-        engine = self._store.engine if flush else self._engine
-        with write_transaction(engine) as conn:
-            spk = self._copy_out(conn) if flush else self._spk
-            clash = self._existing_ids(conn, spk, pending.ids())
-            if clash:
-                raise StoreError(f"entry id {sorted(clash)[0]} was taken by a concurrent writer; retry")
-            listing = ListingState(texts=None)
-            for item in pending.items:
-                listing.add(item.entry)
-            names = [item.entry for item in pending.items if item.entry.get("type") == "session_info"]
-            last = advance_session(
-                conn, spk, len(pending.items), len(pending.items), leaf=True,
-                messages=listing.message_count, activity_ms=listing.last_activity_ms,
-                first_message=listing.first_message or None,
-                name=(trimmed_session_name(names[-1]),) if names else None,
-                conversation=any(_is_conversation(item.entry) for item in pending.items),
-                listable=listing.pi_listable,
-            )
-            first_seq = last - len(pending.items) + 1
-            rows, cols_of = [], []
-            for offset, item in enumerate(pending.items):
-                parent = cols_of[item.parent] if isinstance(item.parent, int) else item.parent
-                cols = derive_child(first_seq + offset, item.entry["id"], item.entry, parent)
-                cols_of.append(cols)
-                rows.append(entry_row(spk, cols.seq, "entry", item.entry, item.line, cols))
-            insert_rows(conn, rows)
-        if flush:
-            self._engine.dispose()
-            self._engine, self._spk, self._flushed = self._store.engine, spk, True
-        self._leaf = cols_of[pending.leaf_ref] if isinstance(pending.leaf_ref, int) else pending.leaf_ref
+    def _store_private_session(self, private: Connection) -> None:
+        """Copy this session from its private database into the store (one transaction), then
+        switch to it. Raises SessionExists — and changes nothing — if the id is taken there."""
+        session = queries.session_by_pk(private, self._spk)._asdict()
+        rows = [row._asdict() for row in private.execute(
+            select(entries_table).where(entries_table.c.session_pk == self._spk).order_by(entries_table.c.seq)
+        )]
+        with write_transaction(self._store.engine) as conn:
+            if queries.session_by_id(conn, session["session_id"]) is not None:
+                raise SessionExists(f"session {session['session_id']} already exists in the store")
+            session.pop("pk")
+            spk = insert_session(conn, **session)
+            for row in rows:
+                row["session_pk"] = spk
+            insert_rows(conn, [tuple(row[c] for c in ROW_COLUMNS) for row in rows])
+        self._engine, self._spk, self._flushed = self._store.engine, spk, True
 
-    @staticmethod
-    def _existing_ids(conn, spk: int, ids: set[str]) -> set[str]:
-        stmt = select(entries_table.c.entry_id).where(
-            entries_table.c.session_pk == spk, entries_table.c.entry_id.in_(bindparam("ids", expanding=True))
-        )
-        return set(conn.execute(stmt, {"ids": sorted(ids)}).scalars())
-
-    def _copy_out(self, conn) -> int:
-        """Copy this (so far private) session into the store inside ``conn``'s transaction."""
-        with read_transaction(self._engine) as private:
-            session = queries.session_by_pk(private, self._spk)._asdict()
-            rows = [row._asdict() for row in private.execute(
-                select(entries_table).where(entries_table.c.session_pk == self._spk).order_by(entries_table.c.seq)
-            )]
-        if queries.session_by_id(conn, session["session_id"]) is not None:
-            raise SessionExists(f"session {session['session_id']} already exists in the store")
-        session.pop("pk")
-        spk = insert_session(conn, **session)
-        for row in rows:
-            row.pop("pk")
-            row["session_pk"] = spk
-        insert_rows(conn, rows)
-        return spk
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """The open batch's connection (reads see its entries), else a read snapshot."""
+        if self._batch is not None:
+            self._batch.cursor.insert(self._batch.unwritten)
+            self._batch.unwritten.clear()
+            yield self._batch.conn
+        else:
+            with read_transaction(self._engine) as conn:
+                yield conn
 
     # ------------------------------------------------------------------ append_*
     def append_message(self, message: Any) -> str:
@@ -299,44 +291,19 @@ class SessionManager:
         return self._append(lambda i, p, t: new_entries.context_edit(i, p, t, target_id, replacement))["id"]
 
     def _require_entry(self, entry_id: str) -> dict:
-        if self._pending is not None:
-            for item in reversed(self._pending.items):
-                if item.entry["id"] == entry_id:
-                    return item.entry
         entry = self.get_entry(entry_id)
         if entry is None:
             raise EntryNotFound(f"Entry {entry_id} not found")
         return entry
 
     def _active_branch_ids(self) -> set:
-        ids: set = set()
-        leaf_id = self._leaf_id
-        pending = self._pending
-        if pending is not None and pending.items:
-            # walk the pending chain back to the stored row it hangs from
-            index: int | None = next(
-                (i for i in range(len(pending.items) - 1, -1, -1) if pending.items[i].entry["id"] == leaf_id), None
-            )
-            stored: TreeColumns | None = None
-            while index is not None:
-                item = pending.items[index]
-                ids.add(item.entry["id"])
-                if isinstance(item.parent, int):
-                    index = item.parent
-                else:
-                    stored, index = item.parent, None
-            leaf_seq = stored.seq if stored is not None else None
-        else:
-            leaf_seq = self._leaf.seq if self._leaf is not None else None
-        with read_transaction(self._engine) as conn:
-            ids.update(row.entry_id for row in queries.path_rows(conn, self._spk, leaf_seq, "entry_id"))
-        return ids
+        with self._reading() as conn:
+            return {row.entry_id for row in queries.path_rows(conn, self._spk, self._leaf_seq(), "entry_id")}
 
     # ------------------------------------------------------------------ leaf movement
     def branch(self, branch_from_id: str) -> None:
         """Move the leaf to an existing entry (writes nothing)."""
-        self._no_pending("branch")
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             seq = queries.seq_of(conn, self._spk, branch_from_id)
             if seq is None:
                 raise EntryNotFound(f"Entry {branch_from_id} not found")
@@ -344,7 +311,6 @@ class SessionManager:
 
     def reset_leaf(self) -> None:
         """Set the leaf to none: the next append starts a new root."""
-        self._no_pending("reset_leaf")
         self._leaf, self._leaf_id = None, None
 
     def branch_with_summary(self, branch_from_id: str | None, summary: str, details: Any = None,
@@ -352,54 +318,46 @@ class SessionManager:
         """Move the leaf to ``branch_from_id`` and append a branch summary of the path left behind."""
         from_id = self._leaf_id if self._leaf_id is not None else "root"
         if branch_from_id is not None:
-            self._resolve_parent(branch_from_id)  # raises EntryNotFound
+            self._require_entry(branch_from_id)
         return self._append(
             lambda i, p, t: new_entries.branch_summary(i, p, t, from_id, summary, details, usage, from_hook),
             parent=branch_from_id,
         )["id"]
-
-    def _no_pending(self, what: str) -> None:
-        if self._pending is not None:
-            raise StoreError(f"{what}() is not available inside batch(): commit the batch first")
 
     # ------------------------------------------------------------------ reading
     def get_leaf_id(self) -> str | None:
         return self._leaf_id
 
     def _leaf_seq(self) -> int | None:
-        self._no_pending("reading the path")
         return self._leaf.seq if self._leaf is not None else None
 
     def get_leaf_entry(self) -> dict | None:
         return self.get_entry(self._leaf_id) if self._leaf_id is not None else None
 
     def get_entry(self, entry_id: str) -> dict | None:
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             seq = queries.seq_of(conn, self._spk, entry_id)
             lines = queries.lines_at(conn, self._spk, [seq]) if seq is not None else {}
         return js_parse(lines[seq]) if lines else None
 
     def get_branch(self, from_id: str | None = None) -> list:
         """Entries from the root to ``from_id`` (default: the leaf), root first."""
-        with read_transaction(self._engine) as conn:
-            if from_id is None:
-                seq = self._leaf_seq()
-            else:
-                seq = queries.seq_of(conn, self._spk, from_id)
+        with self._reading() as conn:
+            seq = self._leaf_seq() if from_id is None else queries.seq_of(conn, self._spk, from_id)
             return [js_parse(row.line) for row in queries.path_rows(conn, self._spk, seq, "line")]
 
     def get_branch_ids(self, from_id: str | None = None) -> list[str | None]:
         """Ids of :meth:`get_branch` without parsing any payload."""
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             seq = self._leaf_seq() if from_id is None else queries.seq_of(conn, self._spk, from_id)
             return [row.entry_id for row in queries.path_rows(conn, self._spk, seq, "entry_id")]
 
     def get_children(self, parent_id: str) -> list[dict]:
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             return [js_parse(line) for line in queries.child_lines(conn, self._spk, parent_id)]
 
     def get_label(self, entry_id: str) -> str | None:
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             line = queries.last_label_line(conn, self._spk, entry_id)
         if line is None:
             return None
@@ -408,19 +366,19 @@ class SessionManager:
 
     def get_session_name(self) -> str | None:
         """The latest ``session_info`` name in file order, trimmed (blank clears it)."""
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             line = queries.last_line_of_type(conn, self._spk, "session_info")
         return trimmed_session_name(js_parse(line)) if line is not None else None
 
     def get_header(self) -> dict | None:
         if self._header_seq is None:
             return None
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             return js_parse(queries.lines_at(conn, self._spk, [self._header_seq])[self._header_seq])
 
     def get_entries(self) -> list:
         """All entries in file order (everything Pi keeps after the header, duplicates included)."""
-        with read_transaction(self._engine) as conn:
+        with self._reading() as conn:
             return [js_parse(row.line) for row in conn.execute(
                 select(entries_table.c.line)
                 .where(entries_table.c.session_pk == self._spk, entries_table.c.kind.in_(("entry", "value")))

@@ -8,6 +8,7 @@ out); pass JSON ``null`` where Pi stores null by giving it explicitly where the 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -21,9 +22,13 @@ from store.errors import InvalidReplacement
 
 def now_iso(ms: float | None = None) -> str:
     """``new Date().toISOString()``: UTC with milliseconds and a ``Z``."""
-    ms = time.time() * 1000 if ms is None else ms
-    stamp = datetime.fromtimestamp(int(ms) / 1000, UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ms) % 1000:03d}Z"
+    ms = int(time.time() * 1000 if ms is None else ms)
+    return _iso_of_second(ms // 1000) + f"{ms % 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=8)
+def _iso_of_second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def short_id() -> str:

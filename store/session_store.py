@@ -21,7 +21,7 @@ from store import new_entries
 from store.db import queries
 from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
 from store.db.schema import Base, entries, sessions
-from store.db.writes import db_text, entry_row, insert_rows, insert_session
+from store.db.writes import db_text, entry_values, insert_rows, insert_session
 from store.errors import ImportFailed, SessionExists, SessionNotFound
 from store.format import iter_lines, js_stringify
 from store.format.jsdate import js_iso, parse_js_date
@@ -248,8 +248,8 @@ class SessionStore:
         return report
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-        """Write a session as JSONL: the imported bytes exactly (or, with ``as_migrated``, the v3
-        file Pi would have rewritten on open); returns the number of bytes written."""
+        """Write a session as JSONL: the imported bytes exactly (or, with ``as_migrated`` and a file
+        that needed migration, the v3 file Pi rewrites on open); returns the bytes written."""
         written = 0
         with Path(path).open("wb") as out:
             for chunk in self.iter_export(session_id, as_migrated):
@@ -265,6 +265,7 @@ class SessionStore:
                 raise SessionNotFound(f"no session {session_id!r} in the store")
             stmt = (select(entries.c.kind, entries.c.line, entries.c.raw, entries.c.eol)
                     .where(entries.c.session_pk == row.pk).order_by(entries.c.seq))
+            as_migrated = as_migrated and row.migrated_from is not None
             buffer: list[bytes] = []
             size = 0
             for kind, line, raw, eol in conn.execute(stmt).yield_per(2000):
@@ -332,8 +333,8 @@ def _store_rows(conn, session_id: str, head: dict | None, rows: list[LineRow], *
         ),
     )
     insert_rows(conn, [
-        entry_row(spk, row.seq, row.kind, row.value if row.kind != SKIPPED else None, row.line,
-                  cols.get(row.seq), row.raw, row.eol)
+        entry_values(spk, row.seq, row.kind, row.value if row.kind != SKIPPED else None, row.line,
+                     cols.get(row.seq), row.raw, row.eol)
         for row in rows
     ])
     return spk

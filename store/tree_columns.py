@@ -38,8 +38,10 @@ class PathProblem:
 
 def setting_kinds(value: Any) -> tuple[bool, bool, bool]:
     """Whether an entry is a compaction, a thinking-level change, a model source."""
-    kind = prop(value, "type")
-    is_model = kind == "model_change" or (kind == "message" and prop(prop(value, "message"), "role") == "assistant")
+    if not isinstance(value, dict):
+        return False, False, False
+    kind = value.get("type")
+    is_model = kind == "model_change" or (kind == "message" and prop(value.get("message"), "role") == "assistant")
     return kind == "compaction", kind == "thinking_level_change", is_model
 
 

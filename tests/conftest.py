@@ -44,7 +44,7 @@ def _pg_database() -> str | None:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         admin.dispose()
-    except Exception as exc:  # noqa: BLE001 - any failure to reach the server means: skip PG
+    except Exception as exc:
         _pg_state["url"] = None
         _pg_state["skip"] = f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}"
         return None

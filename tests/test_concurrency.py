@@ -3,9 +3,11 @@ numbers never clash, and every process's chain of entries stays a path in the tr
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from sqlalchemy import text
@@ -13,10 +15,15 @@ from sqlalchemy import text
 from store.session_store import SessionStore
 
 WRITER = textwrap.dedent("""
-    import sys
+    import sys, time
+    from pathlib import Path
     from store.session_store import SessionStore
     url, session_id, root, tag, count = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+    sync = Path(sys.argv[6])
     store = SessionStore.connect(url)
+    (sync / f"ready-{tag}").touch()
+    while not (sync / "go").exists():  # start both writers at the same moment
+        time.sleep(0.001)
     shared = store.open(session_id)
     shared.branch(root)  # the other writer may already have appended: start from the shared root
     own = store.create("/own/" + tag)
@@ -42,10 +49,15 @@ def test_two_processes_append_to_one_database(tmp_path: Path) -> None:
         session_id = sm.get_session_id()
     count = 400
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, url, session_id, root, tag, str(count)],
+        subprocess.Popen([sys.executable, "-c", WRITER, url, session_id, root, tag, str(count), str(tmp_path)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for tag in ("left", "right")
     ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{tag}").exists() for tag in ("left", "right")):
+        assert time.monotonic() < deadline, "writers did not start"
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
     outputs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
@@ -72,5 +84,5 @@ def test_two_processes_append_to_one_database(tmp_path: Path) -> None:
             writers = [("left" if "left" in line else "right") for (line,) in conn.execute(text(
                 "SELECT line FROM entries e JOIN sessions s ON s.pk = e.session_pk "
                 "WHERE s.session_id = :sid AND e.seq > 1 ORDER BY e.seq"), {"sid": session_id})]
-        switches = sum(a != b for a, b in zip(writers, writers[1:], strict=False))
+        switches = sum(a != b for a, b in itertools.pairwise(writers))
         assert switches > 20, "the two writers did not overlap: the test proved nothing"

@@ -127,7 +127,10 @@ def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
 def last_line_of_type(conn: Connection, session_pk: int, entry_type: str) -> str | None:
     return conn.execute(
         select(entries.c.line)
-        .where(entries.c.session_pk == session_pk, entries.c.type == entry_type, entries.c.kind == "entry")
+        .where(
+            entries.c.session_pk == session_pk, entries.c.type == entry_type, entries.c.kind == "entry",
+            entries.c.type != "message",  # lets the partial (session_pk, type, seq) index serve it
+        )
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).scalar()
@@ -138,7 +141,7 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
         select(entries.c.line)
         .where(
             entries.c.session_pk == session_pk, entries.c.target_id == target_id,
-            entries.c.type == "label", entries.c.kind == "entry",
+            entries.c.target_id.is_not(None), entries.c.type == "label", entries.c.kind == "entry",
         )
         .order_by(entries.c.seq.desc())
         .limit(1)

@@ -39,6 +39,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -126,8 +127,11 @@ class EntryRow(Base):
         UniqueConstraint("session_pk", "seq"),
         Index(None, "session_pk", "entry_id", "seq"),
         Index(None, "session_pk", "parent_id"),
-        Index(None, "session_pk", "type", "seq"),
-        Index(None, "session_pk", "target_id"),
+        # partial: the common message rows stay out of these two (fewer pages written per append)
+        Index(None, "session_pk", "type", "seq", sqlite_where=text("type <> 'message'"),
+              postgresql_where=text("type <> 'message'")),
+        Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
+              postgresql_where=text("target_id IS NOT NULL")),
     )
 
 

@@ -1,0 +1,71 @@
+"""Against the live Pi (skipped, with the reason, when ../shared/oracle is not installed):
+fresh generator seeds that no committed fixture covers, and sessions written through our API,
+which Pi must open exactly as we describe them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from store.describe import describe_session
+from store.session_store import SessionStore
+from tests.oracle_support import ORACLE_SKIP_REASON, js_diff, oracle_available, run_describe, run_gen
+from tests.test_differential_store import check_case
+
+pytestmark = [pytest.mark.oracle, pytest.mark.skipif(not oracle_available(), reason=ORACLE_SKIP_REASON)]
+
+FRESH = [("small", seed) for seed in (101, 102, 103, 104, 105, 106)] + [("medium", 11)]
+
+
+@dataclass
+class LiveCase:
+    """The subset of ``FixtureCase`` that ``check_case`` reads, made from a live oracle run."""
+
+    name: str
+    source_path: Path
+    describe: dict
+    kind: str = "live"
+    all_leaves: bool = True
+    reduced: bool = False
+    skip_reason: str | None = None
+
+
+@pytest.mark.parametrize(("size", "seed"), FRESH, ids=lambda v: str(v))
+def test_fresh_seeds_match_pi(tmp_path: Path, size: str, seed: int) -> None:
+    path = run_gen(seed, size, tmp_path / "gen")
+    case = LiveCase(f"{size}-seed{seed}", path, run_describe(path, all_leaves=True))
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        check_case(store, case)
+
+
+def test_pi_opens_api_written_sessions_as_we_describe_them(tmp_path: Path) -> None:
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        sm = store.create("/work/api")
+        sm.append_thinking_level_change("high")
+        sm.append_model_change("anthropic", "claude-x")
+        q = sm.append_message({"role": "user", "content": [{"type": "text", "text": "plan ✓ \u2028"}], "timestamp": 1})
+        a = sm.append_message({"role": "assistant", "content": [
+            {"type": "text", "text": "A"}, {"type": "toolCall", "id": "t1", "name": "read",
+                                           "arguments": {"path": "/x", "n": 1e21, "f": 0.1 + 0.2}}],
+            "provider": "anthropic", "model": "claude-x", "api": "messages", "stopReason": "toolUse",
+            "usage": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 3}, "timestamp": 2})
+        sm.append_label_change(q, "start")
+        sm.append_context_edit(a, {"content": "short"})
+        sm.append_custom_entry("ext.state", {"2": "b", "10": "a", "z": None})
+        sm.append_custom_message_entry("ext.note", "shown", True, {"k": [1, 2]})
+        sm.append_usage("summary", "anthropic", "claude-x", {"input": 5, "output": 1}, note="")
+        sm.append_session_info("Line one\nline two")
+        sm.branch(q)
+        sm.append_message({"role": "assistant", "content": [{"type": "text", "text": "B"}], "timestamp": 3})
+        sm.branch_with_summary(q, "left branch B")
+        sm.append_compaction("summary so far", q, 1234, {"readFiles": ["/x"], "modifiedFiles": []}, False)
+        out = tmp_path / "api.jsonl"
+        store.export_jsonl(sm.get_session_id(), out)
+        ours = describe_session(store, sm.get_session_id(), all_leaves=True)
+    theirs = run_describe(out, all_leaves=True)
+    assert theirs["openError"] is None
+    assert theirs["fileAfterOpen"] == {"changed": False, "content": None}  # nothing for Pi to repair
+    for field in ("header", "entries", "leafId", "branchIds", "tree", "sessionName", "listInfo"):
+        assert js_diff(theirs[field], ours[field], field) is None, js_diff(theirs[field], ours[field], field)

@@ -1,0 +1,47 @@
+"""Alembic owns the schema: upgrade from empty and downgrade to nothing on both engines, the
+migrated schema equals the models, and the path query walks by index (no table scan per step)."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from store.db import queries
+from store.db.engine import alembic_config, make_engine, read_transaction
+from store.db.schema import Base
+from store.session_store import SessionStore
+
+
+def test_upgrade_from_empty_then_downgrade_to_base(db_url: str) -> None:
+    engine = make_engine(db_url)
+    config = alembic_config(engine)
+    command.upgrade(config, "head")
+    assert {"sessions", "entries"} <= set(inspect(engine).get_table_names())
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    command.downgrade(config, "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    command.upgrade(config, "head")  # and back: the migration is repeatable
+    engine.dispose()
+
+
+def test_schema_appears_on_first_use(db_url: str) -> None:
+    with SessionStore.connect(db_url) as store:
+        assert store.list_all() == []
+    with SessionStore.connect(db_url) as store:  # second open: already at head, nothing to do
+        assert store.list_all() == []
+
+
+def test_path_query_plan_uses_indexes_only(tmp_path) -> None:
+    """SQLite must look rows up by (session_pk, seq), never scan ``entries`` inside the recursion."""
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        sm = store.create("/w")
+        sm.append_message({"role": "user", "content": "x"})
+        with read_transaction(store.engine) as conn:
+            plan = conn.execute(text("EXPLAIN QUERY PLAN " + str(queries.PATH_RUNS)), {"spk": 1, "leaf": 1}).all()
+        details = [row[-1] for row in plan]
+        scans = [d for d in details if d.startswith("SCAN") and d.split()[1] not in ("w", "walk")]
+        assert not scans, details  # only the recursive table itself is scanned
+        assert any("USING INDEX" in d or "PRIMARY KEY" in d for d in details), details
