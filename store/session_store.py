@@ -7,29 +7,26 @@ the ``sessions`` table alone; ``import_jsonl``/``export_jsonl`` move single file
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, BinaryIO
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, select
 
 from store import new_entries
+from store.bulk import store_session_rows
 from store.db import queries
 from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
-from store.db.schema import Base, entries, sessions
-from store.db.writes import db_text, entry_values, insert_rows, insert_session
-from store.errors import ImportFailed, SessionExists, SessionNotFound
-from store.format import iter_lines, js_stringify
-from store.format.jsdate import js_iso, parse_js_date
-from store.format.jsvalue import UNDEFINED
-from store.listing import ListingState
-from store.loading import ENTRY, EXTRA_HEADER, HEADER, SKIPPED, VALUE, LineRow, LineWarning, load_lines, session_id_for
+from store.db.schema import Base, sessions
+from store.errors import SessionExists, SessionNotFound
+from store.format import js_stringify
+from store.format.jsdate import js_iso
+from store.interchange.exporting import export_jsonl, iter_export
+from store.interchange.importing import ImportReport, import_file
+from store.loading import ENTRY, HEADER, VALUE, LineRow
 from store.manager import SessionManager
-from store.tree_columns import derive_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,44 +48,6 @@ class SessionInfo:
             "created": self.created, "modified": self.modified, "messageCount": self.message_count,
             "firstMessage": self.first_message,
         }
-
-
-@dataclass(slots=True)
-class ImportReport:
-    """What one import did."""
-
-    path: str
-    session_id: str
-    imported: bool  # False: the same bytes were already stored
-    lines: int = 0
-    entries: int = 0
-    bytes: int = 0
-    sha256: str = ""
-    pi_valid: bool = True
-    migrated_from: str | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {
-            "path": self.path, "sessionId": self.session_id, "imported": self.imported, "lines": self.lines,
-            "entries": self.entries, "bytes": self.bytes, "sha256": self.sha256, "piValid": self.pi_valid,
-            "migratedFrom": self.migrated_from, "warnings": self.warnings,
-        }
-
-
-class _HashingReader:
-    """A binary reader that hashes and counts what passes through it."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._stream.read(size)
-        self.sha256.update(data)
-        self.size += len(data)
-        return data
 
 
 class SessionStore:
@@ -198,154 +157,31 @@ class SessionStore:
         with write_transaction(engine) as conn:
             if queries.session_by_id(conn, head["id"]) is not None:
                 raise SessionExists(f"session {head['id']} already exists in the store")
-            spk = _store_rows(conn, head["id"], head, rows, pi_valid=True, mtime_ms=None)
+            spk = store_session_rows(conn, head["id"], head, rows, pi_valid=True, mtime_ms=None)
         return SessionManager(self, engine, spk, persist=persist, flushed=stored)
 
     # ------------------------------------------------------------------ interchange
     def import_jsonl(self, path: str | os.PathLike) -> str:
         """Store one session file (any Pi version, any oddity) and return its session id."""
-        return self.import_file(path).session_id
+        return import_file(self, path).session_id
 
     def import_file(self, path: str | os.PathLike) -> ImportReport:
         """Store one session file; re-importing the same bytes changes nothing."""
-        path = Path(path)
-        try:
-            with path.open("rb") as stream:
-                reader = _HashingReader(stream)
-                loaded = load_lines(iter_lines(reader))
-                stat = os.fstat(stream.fileno())
-        except OSError as exc:
-            raise ImportFailed(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        sha = reader.sha256.hexdigest()
-        session_id = session_id_for(loaded, path.name, sha)
-        report = ImportReport(
-            str(path), session_id, imported=True, lines=len(loaded.rows),
-            entries=sum(row.kind in (ENTRY, VALUE) for row in loaded.rows), bytes=reader.size, sha256=sha,
-            pi_valid=loaded.pi_valid, migrated_from=loaded.migrated_from,
-        )
-        warnings = list(loaded.warnings)
-        if loaded.invalid_reason:
-            warnings.insert(0, LineWarning(1, loaded.invalid_reason))
-        with write_transaction(self.engine) as conn:
-            existing = queries.session_by_id(conn, session_id)
-            if existing is not None:
-                if existing.source_sha256 == sha:
-                    report.imported = False
-                    return report
-                raise SessionExists(
-                    f"{path}: session {session_id} is already stored with different content "
-                    f"(stored sha256 {existing.source_sha256 or 'none: written through the API'}, file {sha})"
-                )
-            spk = _store_rows(
-                conn, session_id, loaded.header, loaded.rows, pi_valid=loaded.pi_valid,
-                mtime_ms=stat.st_mtime * 1000, warnings=warnings,
-            )
-            conn.execute(sessions.update().where(sessions.c.pk == spk).values(
-                source_path=str(path.resolve()), source_sha256=sha, source_bytes=reader.size,
-                source_mtime_ms=int(stat.st_mtime * 1000), migrated_from=loaded.migrated_from,
-            ))
-        report.warnings = [w.render(str(path)) for w in warnings]
-        return report
+        return import_file(self, path)
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-        """Write a session as JSONL: the imported bytes exactly (or, with ``as_migrated`` and a file
-        that needed migration, the v3 file Pi rewrites on open); returns the bytes written."""
-        written = 0
-        with Path(path).open("wb") as out:
-            for chunk in self.iter_export(session_id, as_migrated):
-                out.write(chunk)
-                written += len(chunk)
-        return written
+        """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""
+        return export_jsonl(self, session_id, path, as_migrated)
 
     def iter_export(self, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:
         """The bytes of :meth:`export_jsonl`, in chunks of whole lines."""
-        with read_transaction(self.engine) as conn:
-            row = queries.session_by_id(conn, session_id)
-            if row is None:
-                raise SessionNotFound(f"no session {session_id!r} in the store")
-            stmt = (select(entries.c.kind, entries.c.line, entries.c.raw, entries.c.eol)
-                    .where(entries.c.session_pk == row.pk).order_by(entries.c.seq))
-            as_migrated = as_migrated and row.migrated_from is not None
-            buffer: list[bytes] = []
-            size = 0
-            for kind, line, raw, eol in conn.execute(stmt).yield_per(2000):
-                if as_migrated:
-                    if kind == SKIPPED:
-                        continue
-                    data = line.encode("utf-8", "surrogatepass") + b"\n"
-                else:
-                    data = (raw if raw is not None else line.encode("utf-8")) + eol.encode("ascii")
-                buffer.append(data)
-                size += len(data)
-                if size >= 1 << 20:
-                    yield b"".join(buffer)
-                    buffer, size = [], 0
-            if buffer:
-                yield b"".join(buffer)
+        return iter_export(self, session_id, as_migrated)
 
 
 def _private_engine() -> Engine:
     engine = make_engine("sqlite://")
     Base.metadata.create_all(engine)
     return engine
-
-
-def _store_rows(conn, session_id: str, head: dict | None, rows: list[LineRow], *, pi_valid: bool,
-                mtime_ms: float | None, warnings: list[LineWarning] | None = None) -> int:
-    """Insert a session and all its rows (derived columns computed here); returns its key."""
-    tree_values = [(row.seq, row.value) for row in rows if row.kind in (ENTRY, VALUE)]
-    cols, problems = derive_file(tree_values) if pi_valid else ({}, [])
-    if warnings is not None:
-        warnings.extend(LineWarning(p.seq + 1, p.reason) for p in problems)
-    listing = ListingState(header=head)
-    for row in rows:
-        if row.kind in (ENTRY, VALUE, EXTRA_HEADER):
-            listing.add(row.value)
-    header_seq = next((row.seq for row in rows if row.kind == HEADER), None)
-    listable = head is not None and listing.pi_listable
-    head = head or {}
-    timestamp = head.get("timestamp", UNDEFINED)
-    version = head.get("version")
-    spk = insert_session(
-        conn,
-        session_id=session_id,
-        version=version if isinstance(version, int) and not isinstance(version, bool) else None,
-        cwd=_db_text(head.get("cwd")) or "",
-        parent_session=_db_text(head.get("parentSession")),
-        created=_db_text(timestamp),
-        created_ms=_ms(parse_js_date(timestamp)) if timestamp is not UNDEFINED else None,
-        activity_ms=_ms(listing.last_activity_ms),
-        modified_ms=_ms(listing.modified_ms(mtime_ms)),
-        name=_db_text(listing.name),
-        first_message=_db_text(listing.first_message or None),
-        entry_count=len(tree_values),
-        message_count=listing.message_count,
-        header_seq=header_seq,
-        last_seq=len(rows) - 1,
-        leaf_seq=tree_values[-1][0] if tree_values and pi_valid else None,
-        pi_valid=pi_valid,
-        pi_listable=listable,
-        has_conversation=any(
-            row.kind == ENTRY and row.value.get("type") == "message"
-            and isinstance(row.value.get("message"), dict)
-            and row.value["message"].get("role") in ("user", "assistant")
-            for row in rows
-        ),
-    )
-    insert_rows(conn, [
-        entry_values(spk, row.seq, row.kind, row.value if row.kind != SKIPPED else None, row.line,
-                     cols.get(row.seq), row.raw, row.eol)
-        for row in rows
-    ])
-    return spk
-
-
-def _db_text(value: Any) -> str | None:
-    return db_text(value) if isinstance(value, str) else None
-
-
-def _ms(value: float | None) -> int | None:
-    return None if value is None else int(value)
 
 
 def _info(row: Any) -> SessionInfo:

@@ -37,6 +37,8 @@ def db_text(value: str) -> str:
 
 
 def _text(value: Any) -> str | None:
+    if value.__class__ is str:
+        return value if value.isascii() else db_text(value)
     return db_text(value) if isinstance(value, str) else None
 
 
@@ -46,11 +48,10 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
     JSON, if any; ``cols``: its derived tree columns, if it is an entry)."""
     entry_id = parent_id = entry_type = role = target_id = timestamp = None
     if isinstance(value, dict):
-        get = value.get
-        entry_type, entry_id, parent_id, timestamp = (
-            v if v.__class__ is str and v.isascii() else _text(v)
-            for v in (get("type"), get("id"), get("parentId"), get("timestamp"))
-        )
+        entry_type = _text(value.get("type"))
+        entry_id = _text(value.get("id"))
+        parent_id = _text(value.get("parentId"))
+        timestamp = _text(value.get("timestamp"))
         if entry_type == "message":
             role = _text(prop(value.get("message"), "role"))
         elif entry_type in ("label", "context_edit"):

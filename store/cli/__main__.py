@@ -1,0 +1,3 @@
+from store.cli import main
+
+main()
