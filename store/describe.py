@@ -6,18 +6,31 @@ can compare it with what the real Pi computes for the same file, field by field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
+from store import services
+from store.context_window import context_path
 from store.db import queries
 from store.db.engine import read_transaction
 from store.db.schema import entries
 from store.errors import SessionNotFound
 from store.format import js_parse
+from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
+from store.services import CompactionSettings, jsonable
 from store.session_store import SessionStore
 from store.tree import build_tree, flatten_tree
+
+CONTEXT_WINDOWS = (8192, 32768, 128000, 200000)
+KEEP_RECENT = (0, 50, 500, 2000, 20000)
+CONTEXT_FIELDS = ("contextEntryIds", "projection", "sessionContext", "estimateProjectedContextTokens",
+                  "estimateContextTokens", "messageTokenEstimates", "shouldCompact")
+LEAF_HANG_FIELDS = ("contextEntryIds", "projection", "estimateProjectedContextTokens", "prepareCompaction500")
+# What describe.mjs reports where Pi's parent walk would never end (we cut the cycle; Pi loops).
+HANG = {"$error": {"name": "OracleGuard", "message": "Pi would not terminate: parentId cycle reachable from the leaf"}}
 
 
 def describe_session(store: SessionStore, session_id: str, leaf_id: str | None = None,
@@ -55,8 +68,19 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
     doc["branchIds"] = manager.get_branch_ids()
     compactions = [r.seq for r in rows if r.kind == "entry" and r.type == "compaction"]
     doc["latestCompactionId"] = js_parse(rows[compactions[-1]].line).get("id") if compactions else None
-    doc["tree"] = _guarded(lambda: flatten_tree(build_tree(body)))
-    doc["sessionName"] = _guarded(manager.get_session_name)
+    doc["tree"] = safe(lambda: flatten_tree(build_tree(body)))
+    doc["sessionName"] = safe(manager.get_session_name)
+    # Pi builds the context from its leaf id, falling back to the last entry when that id is
+    # absent (a non-object last line); getBranch() is then empty.
+    with read_transaction(store.engine) as conn:
+        leaf_seq = queries.seq_of(conn, session.pk, leaf_id) if leaf_id is not None else session.leaf_seq
+        window = context_path(conn, session.pk, leaf_seq)
+        loops = walk_loops(conn, session.pk, leaf_seq)
+    if loops:
+        doc.update({field: HANG for field in CONTEXT_FIELDS})
+        doc["prepareCompaction"] = {str(k): HANG for k in KEEP_RECENT}
+    else:
+        doc.update(context_doc(window, window if manager.get_leaf_id() is not None else []))
     if all_leaves:
         seen: set[str] = set()
         doc["allLeaves"] = []
@@ -65,14 +89,105 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
             if not isinstance(entry_id, str) or entry_id in seen:
                 continue
             seen.add(entry_id)
-            doc["allLeaves"].append({"leafId": entry_id, "pathIds": manager.get_branch_ids(entry_id)})
+            with read_transaction(store.engine) as conn:
+                seq = queries.seq_of(conn, session.pk, entry_id)
+                window = context_path(conn, session.pk, seq)
+                loops = walk_loops(conn, session.pk, seq)
+            item = {"leafId": entry_id, "pathIds": manager.get_branch_ids(entry_id)}
+            if loops:
+                item.update({field: HANG for field in LEAF_HANG_FIELDS}, thinkingLevel=None, model=None)
+            else:
+                item.update(leaf_context_doc(window))
+            doc["allLeaves"].append(item)
     manager.close()
     return doc
 
 
-def _guarded(compute) -> Any:
-    """The value, or the oracle's ``{"$error": ...}`` shape where Pi's own code would throw."""
+def walk_loops(conn: Connection, session_pk: int, leaf_seq: int | None) -> bool:
+    """Whether Pi's parent walk from this row never ends: our walk stops at a row whose parent
+    exists but was cut to break a cycle (``parent_seq`` is NULL though ``parent_id`` resolves)."""
+    runs = queries.path_runs(conn, session_pk, leaf_seq)
+    if not runs:
+        return False
+    root = conn.execute(
+        select(entries.c.parent_id, entries.c.parent_seq)
+        .where(entries.c.session_pk == session_pk, entries.c.seq == runs[0][0])
+    ).one()
+    return root.parent_seq is None and root.parent_id is not None and (
+        queries.seq_of(conn, session_pk, root.parent_id) is not None
+    )
+
+
+def safe(compute: Callable[[], Any]) -> Any:
+    """The value, or describe.mjs's ``{"$error": ...}`` shape where Pi's own code throws."""
     try:
         return compute()
-    except TypeError as exc:
-        return {"$error": {"name": "TypeError", "message": str(exc)}}
+    except (TypeError, RecursionError) as error:
+        return {"$error": {"name": type(error).__name__, "message": str(error)}}
+
+
+def id_of(entry: Any) -> Any:
+    """describe.mjs's ``idOf``: ``e.id ?? null`` for objects, null otherwise."""
+    if isinstance(entry, (dict, list)):
+        value = prop(entry, "id")
+        return None if value is UNDEFINED else value
+    return None
+
+
+def _prep(path: list, keep: int) -> Any:
+    prep = services.prepare_compaction(path, CompactionSettings(keep_recent_tokens=keep))
+    return None if prep is None else prep.describe_json()
+
+
+def context_doc(path: list, branch: list) -> dict[str, Any]:
+    """The oracle's main-leaf context fields: ``path`` is what context building walks (Pi's
+    buildSessionPath from the leaf), ``branch`` is getBranch() (estimates and compaction use it)."""
+    doc: dict[str, Any] = {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)])}
+    projection = safe(lambda: services.build_session_projection(path))
+    settings = CompactionSettings()
+    if isinstance(projection, dict):  # Pi throws: every field built on it does too
+        for field in ("projection", "sessionContext", "estimateProjectedContextTokens", "estimateContextTokens",
+                      "messageTokenEstimates", "shouldCompact"):
+            doc[field] = projection
+    else:
+        doc["projection"] = projection.describe_json()
+        doc["sessionContext"] = projection.context().to_json()
+        projected = safe(lambda: services.estimate_projected_context_tokens(projection, branch))
+        doc["estimateProjectedContextTokens"] = projected if isinstance(projected, dict) else projected.to_json()
+        doc["estimateContextTokens"] = safe(lambda: services.estimate_context_tokens(projection.messages).to_json())
+        doc["messageTokenEstimates"] = [
+            safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages
+        ]
+        if isinstance(projected, dict):
+            # describe.mjs reads `.tokens` of the error object: undefined, and `undefined > n` is false
+            doc["shouldCompact"] = {"settings": settings.to_json(),
+                                    "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
+        else:
+            doc["shouldCompact"] = {
+                "contextTokens": jsonable(projected.tokens),
+                "settings": settings.to_json(),
+                "byContextWindow": {
+                    str(w): services.should_compact(projected.tokens, w, settings) for w in CONTEXT_WINDOWS
+                },
+            }
+    doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k)) for k in KEEP_RECENT}
+    return doc
+
+
+def leaf_context_doc(path: list, *, with_projection: bool = True) -> dict[str, Any]:
+    """One ``allLeaves`` item's context fields for the path of a known entry id."""
+    doc: dict[str, Any] = {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)])}
+    projection = safe(lambda: services.build_session_projection(path))
+    if isinstance(projection, dict):
+        doc.update(projection=projection, thinkingLevel=None, model=None, estimateProjectedContextTokens=projection)
+    else:
+        described = projection.describe_json()
+        if with_projection:
+            doc["projection"] = described["entries"]
+            if "thinkingLevel" in described:
+                doc["thinkingLevel"] = described["thinkingLevel"]
+            doc["model"] = described["model"]
+        doc["estimateProjectedContextTokens"] = safe(
+            lambda: services.estimate_projected_context_tokens(projection, path).to_json())
+    doc["prepareCompaction500"] = safe(lambda: _prep(path, 500))
+    return doc

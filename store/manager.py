@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, select
 
-from store import new_entries
+from store import new_entries, services
+from store.context_window import context_path
 from store.db import queries
 from store.db.appends import AppendCursor
 from store.db.engine import read_transaction, write_transaction
@@ -26,7 +27,7 @@ from store.db.schema import entries as entries_table
 from store.db.writes import ROW_COLUMNS, db_text, entry_values, insert_rows, insert_session
 from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
 from store.format import js_parse, js_stringify
-from store.format.jsvalue import prop
+from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState, trimmed_session_name
 from store.tree import TreeNode, build_tree, resolve_labels
 from store.tree_columns import TreeColumns, derive_child
@@ -250,16 +251,19 @@ class SessionManager:
         return self._append(lambda i, p, t: new_entries.usage(i, p, t, kind, provider, model, usage, note))
 
     def append_compaction(self, summary: str, first_kept_entry_id: str | None, tokens_before: int,
-                          details: Any = None, from_hook: bool | None = None, usage: Any = None,
-                          system_message: dict | None = None) -> str:
-        """Append a compaction; ``first_kept_entry_id=None`` keeps nothing (stores the entry's own id).
+                          details: Any = None, from_hook: bool | None = None, usage: Any = None) -> str:
+        """Append a compaction; ``first_kept_entry_id=None`` keeps nothing (stores the entry's own
+        id). It stores the system message replayed from the current projection as checkpoint."""
+        messages = self.build_session_projection().messages
 
-        ``system_message`` is the replayed system checkpoint to store with it (the context
-        services compute it from the current projection).
-        """
-        return self._append(lambda i, p, t: new_entries.compaction(
-            i, p, t, summary, first_kept_entry_id, tokens_before, details, from_hook, usage, system_message,
-        ))["id"]
+        def build(entry_id: str, parent_id: str | None, timestamp: str) -> dict:
+            return services.build_compaction_entry(
+                summary, first_kept_entry_id, tokens_before, entry_id=entry_id, parent_id=parent_id,
+                timestamp=timestamp, projection_messages=messages, details=_given(details),
+                from_hook=_given(from_hook), usage=_given(usage),
+            )
+
+        return self._append(build)["id"]
 
     def append_custom_entry(self, custom_type: str, data: Any = None) -> str:
         return self._append(lambda i, p, t: new_entries.custom(i, p, t, custom_type, data))["id"]
@@ -388,6 +392,52 @@ class SessionManager:
     def get_tree(self) -> list[TreeNode]:
         return build_tree(self.get_entries())
 
+    # ------------------------------------------------------------------ context (store.services)
+    def context_path(self) -> list:
+        """The entries of the leaf's path that its context depends on (see ``store.context_window``)."""
+        with self._reading() as conn:
+            return context_path(conn, self._spk, self._leaf_seq())
+
+    def build_context_entries(self) -> list:
+        """Pi's ``buildContextEntries``: the latest compaction, the kept entries, the rest."""
+        return services.build_context_entries(self.context_path())
+
+    def build_session_projection(self) -> services.Projection:
+        """The model's context with each message's source entry (context edits applied)."""
+        return services.build_session_projection(self.context_path())
+
+    def build_session_context(self) -> services.SessionContext:
+        """Messages, thinking level and model for the next request."""
+        return self.build_session_projection().context()
+
+    def prepare_compaction(self, settings: services.CompactionSettings | None = None
+                           ) -> services.CompactionPreparation | None:
+        """What a compaction at the leaf would summarise and keep (None: nothing to do)."""
+        return services.prepare_compaction(self.context_path(), settings)
+
+    def compact(self, summarizer: services.Summarizer, settings: services.CompactionSettings | None = None,
+                *, model_max_tokens: int | None = None, custom_instructions: str | None = None) -> str | None:
+        """Prepare, summarise and append a compaction at the leaf; returns its id, or None when
+        there is nothing to compact. A failed summary (``SummaryFailed``) stores nothing."""
+        preparation = self.prepare_compaction(settings)
+        if preparation is None:
+            return None
+        result = services.compact(preparation, summarizer, model_max_tokens=model_max_tokens,
+                                  custom_instructions=custom_instructions)
+        return self.append_compaction(result.summary, result.first_kept_entry_id, result.tokens_before,
+                                      details=result.details, usage=result.usage)
+
+    def branch_with_generated_summary(self, target_id: str | None, summarizer: services.Summarizer,
+                                      **options: Any) -> str:
+        """Summarise the branch being left (old leaf back to the common ancestor with
+        ``target_id``) and move there with :meth:`branch_with_summary`; returns the summary's id."""
+        old_path = self.get_branch()
+        target_path = self.get_branch(target_id) if target_id is not None else []
+        if target_id is not None and not target_path:
+            raise EntryNotFound(f"Entry {target_id} not found")
+        result = services.summarize_branch(old_path, target_path, summarizer, **options)
+        return self.branch_with_summary(target_id, result.summary, details=result.details, usage=result.usage)
+
     # ------------------------------------------------------------------ new sessions from this one
     def create_branched_session(self, leaf_id: str) -> str:
         """Make this manager a new session holding only root→``leaf_id`` (labels re-emitted at the
@@ -439,6 +489,11 @@ class SessionManager:
         self._engine, self._spk = other._engine, other._spk
         self._persist, self._flushed = other._persist, other._flushed
         self._load_identity()
+
+
+def _given(value: Any) -> Any:
+    """None (the Python default) means "not given": Pi leaves such keys out."""
+    return UNDEFINED if value is None else value
 
 
 def _fresh_id(taken: set[str]) -> str:

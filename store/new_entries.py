@@ -100,16 +100,6 @@ def usage(entry_id: str, parent_id: str | None, ts: str, kind: str, provider: st
     return entry
 
 
-def compaction(entry_id: str, parent_id: str | None, ts: str, summary: str, first_kept: str | None,
-               tokens_before: int, details: Any, from_hook: bool | None, usage_data: Any,
-               system_message: dict | None) -> dict:
-    entry = _base("compaction", entry_id, parent_id, ts)
-    entry.update(summary=summary, firstKeptEntryId=entry_id if first_kept is None else first_kept,
-                 tokensBefore=tokens_before)
-    _optional(entry, details=details, usage=usage_data, fromHook=from_hook, systemMessage=system_message)
-    return entry
-
-
 def custom(entry_id: str, parent_id: str | None, ts: str, custom_type: str, data: Any) -> dict:
     entry = _optional({"type": "custom", "customType": custom_type}, data=data)
     entry.update(id=entry_id, parentId=parent_id, timestamp=ts)

@@ -1,10 +1,11 @@
-"""Differential tests of the store core against the real Pi (committed oracle outputs).
+"""Differential tests of the store against the real Pi (committed oracle outputs).
 
 Every fixture session is imported, then ``describe_session`` (what ``pi-store inspect`` prints)
-must equal ``describe.mjs`` on the fields the store core owns. Migrated v1 files get fresh ids
-(Pi draws random ones, the oracle pins them to 00000001, ...): ids are mapped by entry position
-before comparing, as the conformance runner does. Corpus files are read from ../shared and
-compared in their reduced (text-free) form.
+must equal ``describe.mjs`` on the store-core fields and on the context fields, which the store
+computes from ``context_window.context_path`` (only the part of the path the context needs).
+Migrated v1 files get fresh ids (Pi draws random ones, the oracle pins them to 00000001, ...):
+ids are mapped by entry position before comparing, as the conformance runner does. Corpus
+files are read from ../shared and compared in their reduced (text-free) form.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from tests.oracle_support import FixtureCase, js_diff, load_fixture_cases, reduc
 
 CASES = load_fixture_cases()
 STORE_FIELDS = ("leafId", "branchIds", "header", "entries", "tree", "sessionName", "listInfo", "latestCompactionId")
+CONTEXT_FIELDS = ("contextEntryIds", "projection", "sessionContext", "estimateProjectedContextTokens",
+                  "estimateContextTokens", "messageTokenEstimates", "shouldCompact", "prepareCompaction")
+LEAF_FIELDS = ("pathIds", "contextEntryIds", "projection", "thinkingLevel", "model", "estimateProjectedContextTokens",
+               "prepareCompaction500")
 PG_CASES = {"small-seed1-0", "legacy-v1", "edge-duplicate-ids", "edge-missing-parent", "medium-seed1-0"}
 
 
@@ -59,7 +64,7 @@ def check_case(store: SessionStore, case: FixtureCase) -> None:
         ours = reduce_for_corpus(ours)
     ours = _rename_ids(ours, oracle)
     problems = []
-    for field in STORE_FIELDS:
+    for field in STORE_FIELDS + CONTEXT_FIELDS:
         if field == "header" and case.name == "edge-empty":
             continue  # Pi writes a fresh random header into an empty file
         if field not in oracle:
@@ -68,16 +73,19 @@ def check_case(store: SessionStore, case: FixtureCase) -> None:
         if diff:
             problems.append(diff)
     if case.all_leaves and "allLeaves" in oracle:
-        theirs = [(leaf["leafId"], leaf["pathIds"]) for leaf in oracle["allLeaves"]]
-        mine = [(leaf["leafId"], leaf["pathIds"]) for leaf in ours.get("allLeaves", [])]
-        diff = js_diff([t[0] for t in theirs], [m[0] for m in mine], "allLeaves.leafId")
+        theirs, mine = oracle["allLeaves"], ours.get("allLeaves", [])
+        diff = js_diff([t["leafId"] for t in theirs], [m["leafId"] for m in mine], "allLeaves.leafId")
         if diff:
             problems.append(diff)
         else:
-            for (leaf, path), (_, our_path) in zip(theirs, mine, strict=True):
-                found = js_diff(path, our_path, f"allLeaves[{leaf}].pathIds", skip_oracle_errors=True)
-                if found:
-                    problems.append(found)
+            for their_leaf, our_leaf in zip(theirs, mine, strict=True):
+                for field in LEAF_FIELDS:
+                    if field not in their_leaf:
+                        continue
+                    where = f"allLeaves[{their_leaf['leafId']}].{field}"
+                    found = js_diff(their_leaf[field], our_leaf.get(field), where, skip_oracle_errors=True)
+                    if found:
+                        problems.append(found)
     assert not problems, f"{case.kind}/{case.name}:\n" + "\n".join(problems[:10])
 
 

@@ -1,0 +1,85 @@
+"""The part of a root→leaf path that the model's context depends on, read without loading the
+whole path.
+
+Pi's context is: the latest compaction on the path, the path entries from its
+``firstKeptEntryId`` on, everything after it — plus the thinking level and model, which are the
+last ones on the *whole* path. The leaf row already knows the latest compaction, thinking-level
+change and model source on its path (``compaction_seq`` / ``thinking_seq`` / ``model_seq``), so
+only the window from the first kept entry to the leaf is read, with those two setting entries
+put in front of it when they lie before the window. The context services then see a path that
+gives exactly the answers the full path would: everything before the window is dropped by the
+compaction anyway, and the setting entries only feed the settings.
+
+Without a compaction the context *is* the whole path, which is then read in full.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+
+from sqlalchemy import Connection, select
+
+from store.db import queries
+from store.db.schema import entries
+from store.format import js_parse
+from store.format.jsvalue import prop
+
+
+class PathIndex:
+    """Positions of rows on a path given as runs ``(first_seq, last_seq)``, root first."""
+
+    def __init__(self, runs: list[tuple[int, int]]) -> None:
+        self.runs = runs
+        self.offsets = [0, *accumulate(last - first + 1 for first, last in runs)]
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def position(self, seq: int) -> int | None:
+        """Index of row ``seq`` on the path, or None when it is not on it."""
+        for index, (first, last) in enumerate(self.runs):
+            if first <= seq <= last:
+                return self.offsets[index] + seq - first
+        return None
+
+    def seqs_from(self, position: int) -> list[int]:
+        """Row keys of the path from ``position`` to the leaf."""
+        index = bisect_right(self.offsets, position) - 1
+        out: list[int] = []
+        for run_index in range(max(index, 0), len(self.runs)):
+            first, last = self.runs[run_index]
+            start = first + max(position - self.offsets[run_index], 0)
+            out.extend(range(start, last + 1))
+        return out
+
+
+def context_path(conn: Connection, session_pk: int, leaf_seq: int | None) -> list:
+    """Entries (parsed) sufficient to build the context of the path ending at ``leaf_seq``."""
+    if leaf_seq is None:
+        return []
+    leaf = queries.tree_columns_of(conn, session_pk, leaf_seq)
+    if leaf is None or leaf.depth is None:
+        return []
+    if leaf.compaction_seq is None:
+        return [js_parse(row.line) for row in queries.path_rows(conn, session_pk, leaf_seq, "line")]
+    path = PathIndex(queries.path_runs(conn, session_pk, leaf_seq))
+    compaction_at = path.position(leaf.compaction_seq)
+    compaction = js_parse(queries.lines_at(conn, session_pk, [leaf.compaction_seq])[leaf.compaction_seq])
+    start = compaction_at
+    first_kept = prop(compaction, "firstKeptEntryId")
+    if isinstance(first_kept, str):
+        candidates = conn.execute(
+            select(entries.c.seq).where(entries.c.session_pk == session_pk, entries.c.entry_id == first_kept)
+        ).scalars()
+        positions = [p for p in map(path.position, candidates) if p is not None and p < compaction_at]
+        if positions:
+            start = min(positions)
+    window = path.seqs_from(start)
+    settings = sorted(
+        (position, seq) for seq in {leaf.thinking_seq, leaf.model_seq} - {None}
+        if (position := path.position(seq)) is not None and position < start
+    )
+    wanted = [seq for _, seq in settings] + window
+    lines = queries.lines_at(conn, session_pk, wanted)
+    return [js_parse(lines[seq]) for seq in wanted]
