@@ -28,6 +28,7 @@ from store.db.writes import ROW_COLUMNS, db_text, entry_values, insert_rows, ins
 from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import UNDEFINED, prop
+from store.gc_pause import gc_paused
 from store.listing import ListingState, trimmed_session_name
 from store.tree import TreeNode, build_tree, resolve_labels
 from store.tree_columns import TreeColumns, derive_child
@@ -346,7 +347,7 @@ class SessionManager:
 
     def get_branch(self, from_id: str | None = None) -> list:
         """Entries from the root to ``from_id`` (default: the leaf), root first."""
-        with self._reading() as conn:
+        with self._reading() as conn, gc_paused():
             seq = self._leaf_seq() if from_id is None else queries.seq_of(conn, self._spk, from_id)
             return [js_parse(row.line) for row in queries.path_rows(conn, self._spk, seq, "line")]
 
@@ -382,7 +383,7 @@ class SessionManager:
 
     def get_entries(self) -> list:
         """All entries in file order (everything Pi keeps after the header, duplicates included)."""
-        with self._reading() as conn:
+        with self._reading() as conn, gc_paused():
             return [js_parse(row.line) for row in conn.execute(
                 select(entries_table.c.line)
                 .where(entries_table.c.session_pk == self._spk, entries_table.c.kind.in_(("entry", "value")))
@@ -400,11 +401,13 @@ class SessionManager:
 
     def build_context_entries(self) -> list:
         """Pi's ``buildContextEntries``: the latest compaction, the kept entries, the rest."""
-        return services.build_context_entries(self.context_path())
+        with gc_paused():
+            return services.build_context_entries(self.context_path())
 
     def build_session_projection(self) -> services.Projection:
         """The model's context with each message's source entry (context edits applied)."""
-        return services.build_session_projection(self.context_path())
+        with gc_paused():
+            return services.build_session_projection(self.context_path())
 
     def build_session_context(self) -> services.SessionContext:
         """Messages, thinking level and model for the next request."""
@@ -413,7 +416,8 @@ class SessionManager:
     def prepare_compaction(self, settings: services.CompactionSettings | None = None
                            ) -> services.CompactionPreparation | None:
         """What a compaction at the leaf would summarise and keep (None: nothing to do)."""
-        return services.prepare_compaction(self.context_path(), settings)
+        with gc_paused():
+            return services.prepare_compaction(self.context_path(), settings)
 
     def compact(self, summarizer: services.Summarizer, settings: services.CompactionSettings | None = None,
                 *, model_max_tokens: int | None = None, custom_instructions: str | None = None) -> str | None:
