@@ -153,25 +153,30 @@ class SessionManager:
 
     def _append(self, build: Callable[[str, str | None, str], dict], parent: str | bool | None = False) -> dict:
         """Create an entry under the leaf (or under ``parent`` when given) and make it the leaf."""
+        if self._batch is not None:
+            return self._append_to(self._batch, build, parent)
         with self.batch():
-            batch = self._batch
-            assert batch is not None
-            if parent is False:
-                parent_cols, parent_id = self._leaf, self._leaf_id
-            else:
-                parent_id = parent  # type: ignore[assignment]
-                parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
-            entry = build(self._new_id(batch), parent_id, self._now())
-            line = js_stringify(entry)
-            seq = batch.last_seq + 1
-            cols = derive_child(seq, entry["id"], entry, parent_cols)
-            batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))
-            batch.last_seq, batch.rows = seq, batch.rows + 1
-            batch.listing.add(entry)
-            if entry["type"] == "session_info":
-                batch.name = (trimmed_session_name(entry),)
-            batch.conversation = batch.conversation or _is_conversation(entry)
-            self._leaf, self._leaf_id = cols, entry["id"]
+            assert self._batch is not None
+            return self._append_to(self._batch, build, parent)
+
+    def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict],
+                   parent: str | bool | None) -> dict:
+        if parent is False:
+            parent_cols, parent_id = self._leaf, self._leaf_id
+        else:
+            parent_id = parent  # type: ignore[assignment]
+            parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
+        entry = build(self._new_id(batch), parent_id, self._now())
+        line = js_stringify(entry)
+        seq = batch.last_seq + 1
+        cols = derive_child(seq, entry["id"], entry, parent_cols)
+        batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))
+        batch.last_seq, batch.rows = seq, batch.rows + 1
+        batch.listing.add(entry)
+        if entry["type"] == "session_info":
+            batch.name = (trimmed_session_name(entry),)
+        batch.conversation = batch.conversation or _is_conversation(entry)
+        self._leaf, self._leaf_id = cols, entry["id"]
         return entry
 
     def _columns_of(self, conn: Connection, entry_id: str) -> TreeColumns:
