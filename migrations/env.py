@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from store.analysis import include_name
 from store.db.engine import make_engine
 from store.db.schema import Base
 
@@ -31,6 +32,7 @@ def _run(connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_name=include_name,  # autogenerate: leave the hand-written analysis objects alone
     )
     with context.begin_transaction():
         context.run_migrations()

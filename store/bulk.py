@@ -1,40 +1,267 @@
-"""Storing a whole session at once — an imported file, or a session made from entries (new,
-forked, branched): its ``sessions`` row (listing columns computed here) and all its rows with
-their derived tree columns."""
+"""Writing many rows of one session at once: a file streamed in by an import (a new session, or
+lines appended to a stored one), or a session made from entries (new, forked, branched).
+
+Two halves, so that the first can run in another process (``store.interchange.reading``):
+:class:`RowBuilder` turns classified lines into ``entries`` rows — tree columns derived on the
+way (``store.tree_columns.TreeBuilder``), listing columns of the session accumulated — without
+touching the database; :class:`SessionWriter` inserts those rows in chunks inside the caller's
+transaction and, at the end, settles what only the whole session tells (superseded duplicates,
+links to later lines). Neither holds more than one chunk of rows; :func:`finish_session` /
+:func:`advance_session` then write the ``sessions`` row.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, bindparam, func, select, update
 
-from store.db.writes import db_text, entry_values, insert_rows, insert_session
+from store.db.appends import AppendCursor
+from store.db.schema import entries, sessions
+from store.db.writes import db_text, dbapi_sql, entry_values, insert_rows, insert_session
 from store.format.jsdate import parse_js_date
-from store.format.jsvalue import UNDEFINED
+from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
 from store.loading import ENTRY, EXTRA_HEADER, HEADER, SKIPPED, VALUE, LineRow, LineWarning
-from store.tree_columns import derive_file
+from store.tree_columns import (
+    COMPACTION,
+    MODEL,
+    NONE,
+    THINKING,
+    TREE,
+    StoredRows,
+    StoredTree,
+    TreeBuilder,
+    TreeColumns,
+    TreeOutcome,
+)
+
+CHUNK_ROWS = 2000
+_IN_LIST = 500  # ids per IN (...) list
+
+_RELINK = """UPDATE entries SET parent_seq = ?, depth = ?, run_start = ?, compaction_seq = ?, thinking_seq = ?,
+model_seq = ? WHERE session_pk = ? AND seq = ?"""
+_SUPERSEDE = "UPDATE entries SET superseded = ? WHERE session_pk = ? AND seq = ?"
 
 
-def store_session_rows(conn: Connection, session_id: str, head: dict | None, rows: list[LineRow], *, pi_valid: bool,
-                mtime_ms: float | None, warnings: list[LineWarning] | None = None) -> int:
-    """Insert a session and all its rows (derived columns computed here); returns its key."""
-    tree_values = [(row.seq, row.value) for row in rows if row.kind in (ENTRY, VALUE)]
-    cols, problems = derive_file(tree_values) if pi_valid else ({}, [])
-    if warnings is not None:
-        warnings.extend(LineWarning(p.seq + 1, p.reason) for p in problems)
-    listing = ListingState(header=head)
-    for row in rows:
-        if row.kind in (ENTRY, VALUE, EXTRA_HEADER):
-            listing.add(row.value)
-    header_seq = next((row.seq for row in rows if row.kind == HEADER), None)
+@dataclass(slots=True)
+class RowsSummary:
+    """What a :class:`RowBuilder` learnt about the rows it built (for the ``sessions`` row)."""
+
+    first_seq: int
+    rows: int = 0
+    entries: int = 0
+    header_seq: int | None = None
+    leaf_seq: int | None = None
+    conversation: bool = False
+    named: bool = False  # a session_info entry was among the rows
+    listing: ListingState = field(default_factory=ListingState)
+    tree: TreeOutcome | None = None
+
+
+class RowBuilder:
+    """``entries`` rows (``store.db.writes.entry_values`` tuples) of one session's lines, given in
+    file order from ``first_seq`` on; no database access. ``stored``: the rows of the stored
+    session that the lines name (appends; see :meth:`SessionWriter.look_up_stored`)."""
+
+    def __init__(self, session_pk: int, *, first_seq: int = 0, derive_tree: bool = True,
+                 stored: StoredRows | None = None) -> None:
+        self.session_pk = session_pk
+        self.tree = TreeBuilder(first_seq, stored) if derive_tree else None
+        self.summary = RowsSummary(first_seq)
+
+    def build(self, rows: list[LineRow]) -> list[tuple]:
+        tree, spk, summary = self.tree, self.session_pk, self.summary
+        add_listing = summary.listing.add
+        values = []
+        for row in rows:
+            kind, value, cols = row.kind, row.value, None
+            if kind in (ENTRY, VALUE):
+                summary.entries += 1
+                summary.leaf_seq = row.seq
+                add_listing(value)
+                if tree is not None:
+                    cols = tree.add(row.seq, value)
+                if kind == ENTRY and value.get("type") in ("message", "session_info"):
+                    if value["type"] == "session_info":
+                        summary.named = True
+                    elif prop(value.get("message"), "role") in ("user", "assistant"):
+                        summary.conversation = True
+            else:
+                if kind == EXTRA_HEADER:
+                    add_listing(value)
+                elif kind == HEADER:
+                    summary.header_seq = row.seq
+                elif kind == SKIPPED:
+                    value = None
+                if tree is not None:
+                    tree.skip()
+            values.append(entry_values(spk, row.seq, kind, value, row.line, cols, row.raw, row.eol))
+        summary.rows += len(rows)
+        return values
+
+    def finish(self) -> RowsSummary:
+        """The summary, with the tree's outcome (the builder's per-row memory is released)."""
+        if self.tree is not None:
+            self.summary.tree = self.tree.outcome()
+            self.tree = None
+        return self.summary
+
+
+class SessionWriter:
+    """The database side of storing rows of one session (see the module docstring)."""
+
+    def __init__(self, conn: Connection, session_pk: int, *, first_seq: int = 0) -> None:
+        self.conn = conn
+        self.session_pk = session_pk
+        self.first_seq = first_seq
+        self.stored = StoredRows() if first_seq else None  # appends: what the new rows name
+        self._cursor = conn.connection.dbapi_connection.cursor()
+
+    def insert(self, values: list[tuple]) -> None:
+        insert_rows(self.conn, values)
+
+    def finish(self, summary: RowsSummary) -> list[LineWarning]:
+        """Settle what the whole session tells — rows superseded by later duplicates, rows whose
+        parent id is defined at or after them — and return the tree's problems as warnings."""
+        outcome = summary.tree
+        if outcome is None:
+            return []
+        if outcome.superseded:
+            self._cursor.executemany(dbapi_sql(self.conn, _SUPERSEDE),
+                                     [(True, self.session_pk, seq) for seq in outcome.superseded])
+        problems = list(outcome.problems)
+        if outcome.late_ids:
+            problems += self._relink(outcome.late_ids, summary.first_seq + summary.rows)
+        return [LineWarning(problem.seq + 1, problem.reason) for problem in problems]
+
+    def _relink(self, late_ids: set[str], row_count: int) -> list:
+        """Give the rows naming ``late_ids`` Pi's final answer — the last row with the id — and
+        re-derive whatever that changes (loading the session's tree columns: a rare case)."""
+        final = self._last_rows(late_ids)
+        parents = {seq: final.get(parent_id, NONE)
+                   for seq, parent_id, parent_seq in rows_naming(self.conn, self.session_pk, late_ids)
+                   if final.get(parent_id, NONE) != (NONE if parent_seq is None else parent_seq)}
+        if not parents:
+            return []
+        tree = StoredTree(self._tree_rows())
+        if len(tree.flags) != row_count:
+            raise RuntimeError(f"expected {row_count} rows of session {self.session_pk}, found {len(tree.flags)}")
+        self._cursor.executemany(dbapi_sql(self.conn, _RELINK), [
+            (c.parent_seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq, c.model_seq, self.session_pk, c.seq)
+            for c in tree.relink(parents)
+        ])
+        return tree.problems
+
+    def _last_rows(self, ids: Iterable[str]) -> dict[str, int]:
+        """Per entry id, its last row (Pi's ``byId``)."""
+        by_text = {db_text(entry_id): entry_id for entry_id in ids}
+        c = entries.c
+        stmt = (select(c.entry_id, func.max(c.seq))
+                .where(c.session_pk == self.session_pk, c.kind == ENTRY,
+                       c.entry_id.in_(bindparam("ids", expanding=True)))
+                .group_by(c.entry_id))
+        return {by_text[text_id]: seq for texts in _chunks(list(by_text))
+                for text_id, seq in self.conn.execute(stmt, {"ids": texts})}
+
+    def _tree_rows(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+        c = entries.c
+        stmt = (select(c.kind, c.type, c.role, c.parent_seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq,
+                       c.model_seq)
+                .where(c.session_pk == self.session_pk).order_by(c.seq))
+        for kind, entry_type, role, *columns in self.conn.execute(stmt):
+            flags = 0
+            if kind in (ENTRY, VALUE):
+                flags = TREE
+                if entry_type == "compaction":
+                    flags |= COMPACTION
+                elif entry_type == "thinking_level_change":
+                    flags |= THINKING
+                elif entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
+                    flags |= MODEL
+            yield (flags, *(NONE if cell is None else cell for cell in columns))
+
+    def look_up_stored(self, rows: list[LineRow], builder: RowBuilder) -> None:
+        """Before ``builder`` builds a chunk of rows appended to a stored session: the stored rows
+        that the chunk's ids and parent ids name, and whether stored rows name ids that the chunk
+        defines anew (their parent then moves: a late id). Only this chunk's answers are kept."""
+        stored, tree = self.stored, builder.tree
+        if stored is None or tree is None:
+            return
+        stored.ids.clear()
+        stored.columns.clear()
+        wanted: set[str] = set()
+        defined: set[str] = set()
+        for row in rows:
+            if row.kind != ENTRY:
+                continue
+            for key in ("id", "parentId"):
+                entry_id = row.value.get(key)
+                if isinstance(entry_id, str) and entry_id and tree.ids.get(entry_id) == NONE:
+                    wanted.add(entry_id)
+                    if key == "id":
+                        defined.add(entry_id)
+        c = entries.c
+        with_id = select(
+            c.entry_id, c.seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq, c.model_seq,
+        ).where(c.session_pk == self.session_pk, c.kind == ENTRY, c.seq < self.first_seq,
+                c.entry_id.in_(bindparam("ids", expanding=True)))
+        naming = select(c.parent_id).distinct().where(
+            c.session_pk == self.session_pk, c.kind == ENTRY, c.seq < self.first_seq,
+            c.parent_id.in_(bindparam("ids", expanding=True)))
+        by_text = {db_text(entry_id): entry_id for entry_id in wanted}
+        for entry_id in wanted:
+            stored.ids[entry_id] = NONE
+        for texts in _chunks(list(by_text)):
+            for text_id, seq, *columns in self.conn.execute(with_id, {"ids": texts}):
+                entry_id = by_text[text_id]
+                if seq > stored.ids[entry_id]:  # Pi's lookup: the last row with the id
+                    stored.ids[entry_id] = seq
+                    stored.columns[seq] = TreeColumns(seq, entry_id, None, *columns)
+        for texts in _chunks([db_text(entry_id) for entry_id in defined]):
+            for (text_id,) in self.conn.execute(naming, {"ids": texts}):
+                tree.late_ids.add(by_text[text_id])
+
+
+def rows_naming(conn: Connection, session_pk: int, ids: Iterable[str]) -> Iterator[tuple[int, str, int | None]]:
+    """``(seq, parent id, parent_seq)`` of every entry row whose ``parentId`` is one of ``ids``."""
+    by_text = {db_text(entry_id): entry_id for entry_id in ids}
+    c = entries.c
+    stmt = select(c.seq, c.parent_id, c.parent_seq).where(
+        c.session_pk == session_pk, c.kind == ENTRY, c.parent_id.in_(bindparam("ids", expanding=True)))
+    for texts in _chunks(list(by_text)):
+        for seq, parent_id, parent_seq in conn.execute(stmt, {"ids": texts}):
+            yield seq, by_text[parent_id], parent_seq
+
+
+def _chunks(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _IN_LIST):
+        yield items[start:start + _IN_LIST]
+
+
+# ---------------------------------------------------------------------------------------------
+# the sessions row
+
+
+def create_session(conn: Connection, session_id: str) -> int:
+    """A ``sessions`` row to hang rows on; :func:`finish_session` fills it in. Returns its key."""
+    return insert_session(conn, session_id=session_id, cwd="", entry_count=0, message_count=0, last_seq=-1,
+                          pi_valid=True, pi_listable=True, has_conversation=False)
+
+
+def finish_session(conn: Connection, session_pk: int, head: dict | None, summary: RowsSummary, *, pi_valid: bool,
+                   mtime_ms: float | None, **more: Any) -> None:
+    """Write the header and listing columns of a session whose every row is ``summary``'s
+    (``more``: further ``sessions`` columns, such as where the file came from)."""
+    listing = summary.listing
+    listing.header = head
     listable = head is not None and listing.pi_listable
     head = head or {}
     timestamp = head.get("timestamp", UNDEFINED)
     version = head.get("version")
-    spk = insert_session(
-        conn,
-        session_id=session_id,
+    conn.execute(update(sessions).where(sessions.c.pk == session_pk).values(
         version=version if isinstance(version, int) and not isinstance(version, bool) else None,
         cwd=_db_text(head.get("cwd")) or "",
         parent_session=_db_text(head.get("parentSession")),
@@ -44,40 +271,57 @@ def store_session_rows(conn: Connection, session_id: str, head: dict | None, row
         modified_ms=_ms(listing.modified_ms(mtime_ms)),
         name=_db_text(listing.name),
         first_message=_db_text(listing.first_message or None),
-        entry_count=len(tree_values),
+        entry_count=summary.entries,
         message_count=listing.message_count,
-        header_seq=header_seq,
-        last_seq=len(rows) - 1,
-        leaf_seq=tree_values[-1][0] if tree_values and pi_valid else None,
+        header_seq=summary.header_seq,
+        last_seq=summary.first_seq + summary.rows - 1,
+        leaf_seq=summary.leaf_seq if pi_valid else None,
         pi_valid=pi_valid,
         pi_listable=listable,
-        has_conversation=any(
-            row.kind == ENTRY and row.value.get("type") == "message"
-            and isinstance(row.value.get("message"), dict)
-            and row.value["message"].get("role") in ("user", "assistant")
-            for row in rows
-        ),
+        has_conversation=summary.conversation,
+        **more,
+    ))
+
+
+def advance_session(conn: Connection, session_pk: int, summary: RowsSummary) -> None:
+    """Record rows appended to a stored session in its ``sessions`` row."""
+    if not summary.rows:
+        return
+    listing = summary.listing
+    stored_leaf = conn.execute(select(sessions.c.leaf_seq).where(sessions.c.pk == session_pk)).scalar()
+    AppendCursor(conn).advance(
+        session_pk, last_seq=summary.first_seq + summary.rows - 1,
+        leaf_seq=summary.leaf_seq if summary.leaf_seq is not None else stored_leaf,
+        entries=summary.entries, messages=listing.message_count, activity_ms=listing.last_activity_ms,
+        first_message=_db_text(listing.first_message or None),
+        name=(_db_text(listing.name),) if summary.named else None,
+        conversation=summary.conversation, listable=listing.pi_listable,
     )
-    insert_rows(conn, [
-        entry_values(spk, row.seq, row.kind, row.value if row.kind != SKIPPED else None, row.line,
-                     cols.get(row.seq), row.raw, row.eol)
-        for row in rows
-    ])
+
+
+def store_session_rows(conn: Connection, session_id: str, head: dict | None, rows: list[LineRow], *, pi_valid: bool,
+                       mtime_ms: float | None, warnings: list[LineWarning] | None = None) -> int:
+    """Insert a session and all its rows (a session made from entries); returns its key."""
+    spk = create_session(conn, session_id)
+    builder = RowBuilder(spk, derive_tree=pi_valid)
+    writer = SessionWriter(conn, spk)
+    for start in range(0, len(rows), CHUNK_ROWS):
+        writer.insert(builder.build(rows[start:start + CHUNK_ROWS]))
+    summary = builder.finish()
+    problems = writer.finish(summary)
+    if warnings is not None:
+        warnings.extend(problems)
+    finish_session(conn, spk, head, summary, pi_valid=pi_valid, mtime_ms=mtime_ms)
     return spk
 
 
 def _db_text(value: Any) -> str | None:
-    return db_text(value) if isinstance(value, str) else None
-
-
-def _ms(value: float | None) -> int | None:
-    return None if value is None else int(value)
-
-
-
-
-def _db_text(value: Any) -> str | None:
-    return db_text(value) if isinstance(value, str) else None
+    """A string value as the ``sessions`` columns hold it: lone surrogates escaped (``db_text``)
+    and NUL as U+FFFD (PostgreSQL text cannot hold NUL; the line keeps the original)."""
+    if not isinstance(value, str):
+        return None
+    value = db_text(value)
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 def _ms(value: float | None) -> int | None:

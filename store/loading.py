@@ -1,26 +1,54 @@
-"""Pi's reading rules applied line by line: which physical lines are the header, entries, values
-Pi would keep, or lines it would skip — plus the v1→v3 migration Pi performs on open.
+"""Pi's reading rules applied one physical line at a time: which lines are the header, entries,
+values Pi would keep, or lines it would skip — plus the v1→v3 migration Pi performs on open.
 
-Nothing is dropped here: a skipped line is still a row (``kind="skipped"``) so that export can
-reproduce the file; every oddity is reported as a :class:`LineWarning` naming the line.
+Nothing is dropped: a skipped line is still a row (``kind="skipped"``) so that export can
+reproduce the file, and every oddity is reported as a :class:`LineWarning` naming the line.
+:class:`LineReader` holds only per-file state (no line it has returned), so a file of any size
+streams through it in constant memory; the one file kind that needs a look ahead, a v1 file
+whose compactions name later lines by position, gets it from :func:`plan_v1_migration`, a
+separate read-only pass over the same file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import re
+import typing
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.format import JsonLineError, decode_line, js_parse, js_stringify, migrate_entries
+import orjson
+
+from store.format import JsonLineError, js_parse, js_string, js_stringify
+from store.format import models as m
 from store.format.jsvalue import UNDEFINED, js_trim, truthy
 from store.format.lines import RawLine
-from store.format.migrate import MigrationError
+from store.format.migrate import CURRENT_SESSION_VERSION, session_version
+from store.tree_columns import IdIndex
 
 HEADER, ENTRY, VALUE, EXTRA_HEADER, SKIPPED = "header", "entry", "value", "extra_header", "skipped"
 PI_FILE_NAME = re.compile(r"_([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.jsonl$")
+BOM = "\ufeff"
+
+
+def _tag(model: type) -> str:
+    return typing.get_args(model.model_fields["type" if "type" in model.model_fields else "role"].annotation)[0]
+
+
+_ENTRY_MODELS = (
+    m.SessionHeader, m.MessageEntry, m.ModelChangeEntry, m.ThinkingLevelChangeEntry, m.UsageEntry,
+    m.CompactionEntry, m.BranchSummaryEntry, m.CustomEntry, m.CustomMessageEntry, m.ContextEditEntry,
+    m.LabelEntry, m.SessionInfoEntry,
+)
+_MESSAGE_MODELS = (
+    m.UserMessage, m.AssistantMessage, m.ToolResultMessage, m.SystemMessage, m.BashExecutionMessage, m.CustomMessage,
+)
+KNOWN_FIELDS: dict[str, frozenset[str]] = {_tag(model): frozenset(model.model_fields) for model in _ENTRY_MODELS}
+KNOWN_ROLES = frozenset([*(_tag(model) for model in _MESSAGE_MODELS), "hookMessage"])  # v2's role, renamed by v3
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,104 +74,175 @@ class LineRow:
     eol: str
 
 
-@dataclass(slots=True)
-class LoadedFile:
-    """A session file read the way Pi reads it (see module docstring)."""
-
-    rows: list[LineRow]
-    header: dict | None
-    pi_valid: bool
-    invalid_reason: str | None = None
-    migrated_from: str | None = None
-    warnings: list[LineWarning] = field(default_factory=list)
+# ---------------------------------------------------------------------------------------------
+# one line
 
 
-def load_lines(lines: Iterable[RawLine]) -> LoadedFile:
-    """Classify every physical line; migrate to v3 when Pi would; never drop a line."""
-    rows: list[LineRow] = []
-    warnings: list[LineWarning] = []
-    header: dict | None = None
-    first_parsed: Any = UNDEFINED
-    total_bytes = 0
-    for raw_line in lines:
-        total_bytes += len(raw_line.data) + len(raw_line.eol)
-        text, valid_utf8 = decode_line(raw_line.data)
-        has_nul = "\x00" in text
-        stored = text.replace("\x00", "\ufffd") if has_nul else text  # PostgreSQL text cannot hold NUL
-        raw = raw_line.data if has_nul or not valid_utf8 else None
-        eol = raw_line.eol.decode("ascii")
-        number = raw_line.number
-        if not valid_utf8:
-            warnings.append(LineWarning(number, "invalid UTF-8 (read with U+FFFD replacement, bytes kept)"))
-        if eol == "\r\n":
-            warnings.append(LineWarning(number, "CRLF line ending"))
-        elif eol == "":
-            warnings.append(LineWarning(number, "no newline at end of file"))
-        kind, value = SKIPPED, UNDEFINED
-        if not js_trim(text):
-            warnings.append(LineWarning(number, "blank line (Pi skips it)"))
-        else:
-            try:
-                value = js_parse(text)
-            except JsonLineError as exc:
-                warnings.append(LineWarning(number, f"not JSON, Pi skips it: {exc}"))
-            else:
-                if not truthy(value):
-                    warnings.append(LineWarning(number, f"JSON {js_stringify(value)} is falsy, Pi skips it"))
-                    value = UNDEFINED
-                elif first_parsed is UNDEFINED:
-                    first_parsed = value
-                    if _is_header(value):
-                        kind, header = HEADER, value
-                elif isinstance(value, dict):
-                    kind = EXTRA_HEADER if value.get("type") == "session" else ENTRY
-                    if kind == EXTRA_HEADER:
-                        warnings.append(LineWarning(number, "a second session header (Pi ignores it)"))
-                else:
-                    kind = VALUE
-                    warnings.append(LineWarning(number, "JSON value that is not an object"))
-        rows.append(LineRow(len(rows), kind, value, stored, raw, eol))
-
-    loaded = LoadedFile(rows, header, pi_valid=True, warnings=warnings)
-    if header is None:
-        if total_bytes > 0:
-            loaded.pi_valid = False
-            loaded.invalid_reason = "no session header before the first entry (Pi rejects the file)"
-            for row in rows:  # Pi reads nothing of such a file: keep every line, interpret none
-                row.kind, row.value = SKIPPED, UNDEFINED
-        return loaded
-    _migrate(loaded)
-    return loaded
+def decode(data: bytes) -> tuple[str, bool]:
+    """The text Pi reads (U+FFFD for invalid UTF-8, per maximal subpart) and whether it was valid."""
+    try:
+        return data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace"), False
 
 
-def _is_header(value: Any) -> bool:
+def parse(data: bytes, text: str, valid_utf8: bool) -> Any:
+    """``JSON.parse`` of a line (``text``: ``data`` decoded); raises ``JsonLineError``. orjson reads
+    valid UTF-8 bytes directly (the same value, without encoding the text again); the slow path
+    knows what orjson refuses and JavaScript accepts."""
+    if valid_utf8:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(data)
+    return js_parse(text)
+
+
+def parse_kept(data: bytes) -> Any:
+    """The value Pi's loader keeps for a line, or UNDEFINED (blank, not JSON, falsy)."""
+    text, valid = decode(data)
+    try:
+        value = parse(data, text, valid)
+    except JsonLineError:
+        return UNDEFINED
+    return value if truthy(value) else UNDEFINED
+
+
+def is_header(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "session" and isinstance(value.get("id"), str)
 
 
-def _migrate(loaded: LoadedFile) -> None:
-    kept = [row for row in loaded.rows if row.kind != SKIPPED]
-    version = loaded.header.get("version", UNDEFINED) if loaded.header else UNDEFINED
-    values = [row.value for row in kept]
-    ids = _migration_ids(loaded.header["id"] if loaded.header else "")
+def _not_json_reason(text: str, error: JsonLineError) -> str:
+    if not js_trim(text):
+        return "blank line (Pi skips it)" if text else "empty line (Pi skips it)"
+    if text.startswith(BOM):
+        return "starts with a UTF-8 byte order mark, which JSON.parse refuses (Pi skips the line)"
+    decoder = json.JSONDecoder()
+    stripped = text.strip()
     try:
-        migrated = migrate_entries(values, ids)
-    except MigrationError as exc:
-        loaded.pi_valid = False
-        loaded.invalid_reason = f"Pi's migration fails on this file: {exc}"
-        return
-    if not migrated:
-        return
-    loaded.migrated_from = "1" if version is UNDEFINED or version is None else js_stringify(version)
-    for row in kept:
-        text = js_stringify(row.value)
-        if text != row.line or row.raw is not None:
-            row.raw = row.raw if row.raw is not None else row.line.encode("utf-8")
-            row.line = text
+        _, end = decoder.raw_decode(stripped)
+        decoder.raw_decode(stripped[end:].lstrip())
+    except (ValueError, RecursionError):
+        return f"not JSON, Pi skips it: {error.reason}"
+    return f"two JSON values glued together on one line (Pi skips it): the first one ends at column {end}"
 
 
-def _migration_ids(seed: str):
+def _duplicate_keys(text: str) -> list[str]:
+    """Keys that occur twice in one JSON object of ``text`` (JSON.parse keeps the last value)."""
+    found: list[str] = []
+
+    def check(pairs: list[tuple[str, Any]]) -> dict:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                found.append(key)
+            seen.add(key)
+        return {}
+
+    try:
+        json.loads(text, object_pairs_hook=check)
+    except (ValueError, RecursionError):
+        return []  # nested deeper than this parser goes: no verdict
+    return found
+
+
+def _writes_back(value: Any, data: bytes) -> bool:
+    """Whether orjson writes ``value`` back as ``data`` (then no key can have been dropped)."""
+    try:
+        return orjson.dumps(value) == data
+    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
+        return False
+
+
+def _known_role(value: dict) -> bool:
+    message = value.get("message")
+    if message.__class__ is not dict:
+        return True  # no message object: nothing to say about its role
+    role = message.get("role", UNDEFINED)
+    return role.__class__ is str and role in KNOWN_ROLES
+
+
+def _shape_warnings(value: dict, what: str) -> list[str]:
+    """Unknown entry types, fields and message roles (all kept, and Pi keeps them too)."""
+    kind = value.get("type")
+    known = KNOWN_FIELDS.get(kind) if isinstance(kind, str) else None
+    if known is None:
+        return [f"unknown entry type {js_stringify(kind) if kind is not UNDEFINED else 'undefined'} "
+                "(kept; Pi keeps it in the tree but nothing reads it)"]
+    reasons = []
+    if not known.issuperset(value):
+        unknown = [key for key in value if key not in known]
+        reasons.append(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                       f"in {what} (kept)")
+    if kind == "message" and not _known_role(value):
+        role = value["message"].get("role", UNDEFINED)
+        shown = js_stringify(role) if role is not UNDEFINED else "undefined"
+        reasons.append(f"unknown message role {shown} (kept; Pi passes the message on as it is)")
+    return reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# migration
+
+
+_SESSION, _OBJECT, _ARRAY, _PRIMITIVE = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class MigrationPlan:
+    """What Pi's v1→v2 step needs to know ahead of a line: its value positions (the header is
+    position 0) by shape, and which positions earlier or later compactions name."""
+
+    count: int = 0
+    shapes: bytearray = field(default_factory=bytearray)
+    named: set[int] = field(default_factory=set)  # positions a compaction at or after them names
+    later_ids: dict[int, Any] = field(default_factory=dict)  # original "id" of objects named from before them
+    error: str | None = None  # Pi's migration throws: the file cannot be opened
+
+
+def _index_position(index: Any) -> int | None:
+    """``firstKeptEntryIndex`` as an array position (None: not a number, or no integer ≥ 0)."""
+    if isinstance(index, bool) or not isinstance(index, (int, float)):
+        return None
+    if isinstance(index, float):
+        if not index.is_integer():  # also NaN and the infinities
+            return None
+        index = int(index)
+    return index if index >= 0 else None
+
+
+def plan_v1_migration(lines: Iterable[RawLine]) -> MigrationPlan:
+    """Scan a whole v1 file (every line, header included) for :class:`MigrationPlan`."""
+    plan = MigrationPlan()
+    wanted: set[int] = set()
+    for raw in lines:
+        value = parse_kept(raw.data)
+        if value is UNDEFINED:
+            continue
+        position = plan.count
+        plan.count += 1
+        if isinstance(value, dict):
+            if value.get("type") == "session":
+                plan.shapes.append(_SESSION)
+                continue
+            plan.shapes.append(_OBJECT)
+            if position in wanted and "id" in value:
+                plan.later_ids[position] = value["id"]
+            if value.get("type") == "compaction":
+                target = _index_position(value.get("firstKeptEntryIndex"))
+                if target is not None:
+                    (wanted if target > position else plan.named).add(target)
+        elif isinstance(value, list):
+            plan.shapes.append(_ARRAY)
+        else:
+            plan.shapes.append(_PRIMITIVE)
+            if plan.error is None:
+                kind = "string" if isinstance(value, str) else "boolean" if isinstance(value, bool) else "number"
+                plan.error = f"Cannot create property 'id' on {kind} '{js_string(value)}'"
+    return plan
+
+
+def migration_ids(seed: str) -> Callable[[], str]:
     """Deterministic 8-hex ids for migrated v1 entries (Pi draws random ones; re-import must be stable)."""
-    used: set[str] = set()
+    used = IdIndex()
     counter = 0
 
     def new_id() -> str:
@@ -151,27 +250,257 @@ def _migration_ids(seed: str):
         while True:
             counter += 1
             candidate = hashlib.sha256(f"{seed}:{counter}".encode()).hexdigest()[:8]
-            if candidate not in used:
-                used.add(candidate)
+            if used.put(candidate, 0) < 0:
                 return candidate
 
     return new_id
 
 
-def session_id_for(loaded: LoadedFile, file_name: str, sha256: str) -> str:
-    """The header id; else a header id found despite a BOM; else Pi's file-name id; else one
-    derived from the content, so importing the same file twice names the same session."""
-    if loaded.header is not None:
-        return loaded.header["id"]
-    for row in loaded.rows:
-        text = row.line.lstrip("\ufeff")
-        if '"session"' in text:
-            try:
-                value = js_parse(text)
-            except JsonLineError:
-                continue
-            if _is_header(value):
-                return value["id"]
+class _Migration:
+    """Pi's migration (``store.format.migrate``) applied to one kept value at a time, in file order."""
+
+    def __init__(self, header: dict, plan: MigrationPlan | None) -> None:
+        self.version = session_version(header)
+        self.plan = plan
+        self.new_id = migration_ids(header["id"])
+        self.previous_id: str | None = None
+        self.assigned: dict[int, str] = {}  # ids given at positions that a compaction names
+
+    def apply(self, value: Any, position: int) -> None:
+        if self.version < 2:
+            self._v1_to_v2(value, position)
+        if self.version < CURRENT_SESSION_VERSION:
+            if not isinstance(value, dict):
+                return
+            if value.get("type") == "session":
+                value["version"] = 3
+            elif value.get("type") == "message":
+                message = value.get("message")
+                if isinstance(message, dict) and message.get("role") == "hookMessage":
+                    message["role"] = "custom"
+
+    def _v1_to_v2(self, value: Any, position: int) -> None:
+        if isinstance(value, dict) and value.get("type") == "session":
+            value["version"] = 2
+            return
+        entry_id = self.new_id()
+        if isinstance(value, dict):
+            value["id"] = entry_id
+            value["parentId"] = self.previous_id
+        self.previous_id = entry_id
+        assert self.plan is not None
+        if position in self.plan.named:
+            self.assigned[position] = entry_id
+        if isinstance(value, dict) and value.get("type") == "compaction":
+            self._first_kept(value, position)
+
+    def _first_kept(self, compaction: dict, position: int) -> None:
+        index = compaction.get("firstKeptEntryIndex")
+        if isinstance(index, bool) or not isinstance(index, (int, float)):
+            return  # not a number: left alone
+        plan = self.plan
+        assert plan is not None
+        target = _index_position(index)
+        if target is not None and target < plan.count and plan.shapes[target] != _SESSION:
+            if target <= position:  # already migrated: it has its new id (an array its hidden one)
+                compaction["firstKeptEntryId"] = self.assigned[target]
+            elif plan.shapes[target] == _OBJECT and target in plan.later_ids:
+                compaction["firstKeptEntryId"] = plan.later_ids[target]
+            else:  # a later object without an id, or an array: the id is undefined
+                compaction.pop("firstKeptEntryId", None)
+        del compaction["firstKeptEntryIndex"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the reader
+
+
+_BEFORE, _BODY, _NOT_SESSION = 0, 1, 2
+
+
+class LineReader:
+    """Classifies a file's physical lines in order (see the module docstring).
+
+    ``warn`` receives each oddity as it is found (it may raise to stop the read). A v1 file
+    needs ``plan`` (:func:`plan_v1_migration`); :func:`head_of` tells beforehand. To continue a
+    stored session (lines appended to its file), start at ``first_seq`` with ``in_body=True``.
+    """
+
+    def __init__(self, warn: Callable[[LineWarning], None], *, plan: MigrationPlan | None = None,
+                 first_seq: int = 0, in_body: bool = False) -> None:
+        self.warn = warn
+        self.plan = plan
+        self.seq = first_seq
+        self.header: dict | None = None
+        self.pi_valid = True
+        self.invalid_reason: str | None = None
+        self.migrated_from: str | None = None
+        self.crlf_lines = 0
+        self._first_crlf = 0
+        self._state = _BODY if in_body else _BEFORE
+        self._migration: _Migration | None = None
+        self._position = 1  # of the next kept value after the header (position 0), while migrating
+
+    def read(self, raw_line: RawLine) -> LineRow:
+        """The row of the next physical line. (This runs once per line of every import: the
+        common case — a valid UTF-8 line holding an entry object — takes the shortest path.)"""
+        data = raw_line.data
+        seq = self.seq
+        self.seq = seq + 1
+        number = seq + 1
+        raw = None
+        try:
+            text, valid = data.decode("utf-8"), True
+        except UnicodeDecodeError:
+            text, valid = data.decode("utf-8", "replace"), False
+            raw = data
+            self.warn(LineWarning(number, "invalid UTF-8 (read with U+FFFD replacement, bytes kept)"))
+        stored = text
+        if "\x00" in text:  # never in JSON Pi parses (a raw control character): a skipped line
+            raw = data
+            stored = text.replace("\x00", "\ufffd")  # PostgreSQL text cannot hold NUL
+        eol = raw_line.eol
+        if eol == b"\n":
+            eol_text = "\n"
+        elif eol:
+            eol_text = "\r\n"
+            if not self.crlf_lines:
+                self._first_crlf = number
+            self.crlf_lines += 1
+        else:
+            eol_text = ""
+            self.warn(LineWarning(number, "no newline at the end of the file (Pi appends one when it opens it)"))
+        try:
+            value = parse(data, text, valid)
+        except JsonLineError as exc:
+            self.warn(LineWarning(number, _not_json_reason(text, exc)))
+            return LineRow(seq, SKIPPED, UNDEFINED, stored, raw, eol_text)
+        if value.__class__ is dict:
+            if not _writes_back(value, data):
+                self._duplicate_keys(text, number)
+            body_entry = self._state == _BODY and value.get("type") != "session"
+            kind = ENTRY if body_entry else self._kind(value, number)
+        elif not truthy(value):
+            self.warn(LineWarning(number, f"JSON {js_stringify(value)} is falsy, Pi skips it"))
+            return LineRow(seq, SKIPPED, UNDEFINED, stored, raw, eol_text)
+        else:
+            if value.__class__ is list and not _writes_back(value, data):
+                self._duplicate_keys(text, number)
+            kind = self._kind(value, number)
+        if kind == SKIPPED:
+            return LineRow(seq, kind, UNDEFINED, stored, raw, eol_text)
+        if self._migration is not None:
+            if kind != HEADER:  # the header was migrated when it was found
+                self._migration.apply(value, self._position)
+                self._position += 1
+            migrated = js_stringify(value)
+            if migrated != text or raw is not None:
+                raw = raw if raw is not None else text.encode("utf-8")
+                text = migrated
+        if kind in (ENTRY, HEADER):
+            entry_type = value.get("type")
+            known = KNOWN_FIELDS.get(entry_type) if entry_type.__class__ is str else None
+            if known is None or not known.issuperset(value) or (entry_type == "message" and not _known_role(value)):
+                what = "the session header" if kind == HEADER else f"a {entry_type} entry"
+                for reason in _shape_warnings(value, what):
+                    self.warn(LineWarning(number, reason))
+        return LineRow(seq, kind, value, text, raw, eol_text)
+
+    def _duplicate_keys(self, text: str, number: int) -> None:
+        for key in _duplicate_keys(text):
+            self.warn(LineWarning(number, f"duplicate key {key!r} in a JSON object (the last value wins)"))
+
+    def _kind(self, value: Any, number: int) -> str:
+        if self._state == _BODY:
+            if not isinstance(value, dict):
+                self.warn(LineWarning(number, "a JSON value that is not an object (Pi keeps it as an entry)"))
+                return VALUE
+            if value.get("type") == "session":
+                self.warn(LineWarning(number, "a second session header (Pi ignores it)"))
+                return EXTRA_HEADER
+            return ENTRY
+        if self._state == _NOT_SESSION:
+            return SKIPPED
+        if not is_header(value):
+            self._state = _NOT_SESSION
+            self._reject("the first JSON line is not a session header: Pi rejects the file")
+            self.warn(LineWarning(number, self.invalid_reason or ""))
+            return SKIPPED
+        self._state = _BODY
+        self.header = value
+        self._start_migration(value, number)
+        return HEADER
+
+    def _reject(self, reason: str) -> None:
+        self.pi_valid = False
+        self.invalid_reason = reason
+
+    def _start_migration(self, header: dict, number: int) -> None:
+        version = session_version(header)
+        if version >= CURRENT_SESSION_VERSION:
+            return
+        if version < 2:
+            if self.plan is None:
+                raise ValueError("a v1 file needs its migration plan (plan_v1_migration)")
+            if self.plan.error is not None:
+                self._reject(f"Pi's migration fails on this file: {self.plan.error}")
+                self.warn(LineWarning(number, self.invalid_reason or ""))
+                return
+        stored = header.get("version", UNDEFINED)
+        self.migrated_from = "1" if stored is UNDEFINED or stored is None else js_stringify(stored)
+        self._migration = _Migration(header, self.plan)
+        self._migration.apply(header, 0)
+
+    def finish(self, total_bytes: int) -> None:
+        """Call after the last line: file-level verdicts and the CRLF summary."""
+        if self.crlf_lines:
+            self.warn(LineWarning(self._first_crlf, f"CRLF line ending{'s' if self.crlf_lines > 1 else ''} "
+                                  f"({self.crlf_lines} line{'s' if self.crlf_lines > 1 else ''} from here; "
+                                  "Pi reads the \\r as whitespace and keeps it)"))
+        if self._state == _BEFORE and total_bytes > 0:
+            self._reject("no JSON line at all, so no session header: Pi rejects the file")
+            self.warn(LineWarning(1, self.invalid_reason or ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# a file's identity
+
+
+@dataclass(frozen=True, slots=True)
+class FileHead:
+    """What the first JSON line of a file says: its header (if it is one) and whether a v1
+    migration plan is needed before reading it."""
+
+    header: dict | None
+    needs_plan: bool
+
+
+def head_of(lines: Iterable[RawLine]) -> FileHead:
+    """Read lines up to the first one Pi keeps."""
+    for raw in lines:
+        value = parse_kept(raw.data)
+        if value is UNDEFINED:
+            continue
+        if not is_header(value):
+            return FileHead(None, False)
+        return FileHead(value, session_version(value) < 2)
+    return FileHead(None, False)
+
+
+def fallback_session_id(lines: Iterable[RawLine], file_name: str, sha256: Callable[[], str]) -> str:
+    """The id of a file Pi does not open: a header id found despite a BOM or garbage before it;
+    else the id in Pi's file name; else one derived from name and content (``sha256()``), so
+    importing the same file twice names the same session."""
+    for raw in lines:
+        if b'"session"' not in raw.data:
+            continue
+        text, _ = decode(raw.data)
+        try:
+            value = js_parse(text.lstrip(BOM))
+        except JsonLineError:
+            continue
+        if is_header(value):
+            return value["id"]
     if match := PI_FILE_NAME.search(file_name):
         return match.group(1).lower()
-    return str(uuid.UUID(bytes=hashlib.sha256(f"{file_name}\0{sha256}".encode()).digest()[:16], version=4))
+    return str(uuid.UUID(bytes=hashlib.sha256(f"{file_name}\0{sha256()}".encode()).digest()[:16], version=4))

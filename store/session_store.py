@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, select
 
 from store import new_entries
+from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
+from store.analysis.search import SearchHit, search
+from store.analysis.stats import SessionStats, session_stats
 from store.bulk import store_session_rows
 from store.db import queries
 from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
@@ -25,13 +28,15 @@ from store.format import js_stringify
 from store.format.jsdate import js_iso
 from store.interchange.exporting import export_jsonl, iter_export
 from store.interchange.importing import ImportReport, import_file
+from store.interchange.syncing import import_paths
 from store.loading import ENTRY, HEADER, VALUE, LineRow
 from store.manager import SessionManager
 
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """What ``list`` shows of a session (Pi's ``SessionInfo``, without the all-text field)."""
+    """What ``list`` shows of a session (Pi's ``SessionInfo``, without the all-text field, plus
+    the usage totals of ``/session``). ``cursor`` continues a listing after this session."""
 
     id: str
     cwd: str
@@ -41,12 +46,15 @@ class SessionInfo:
     modified: str | None
     message_count: int
     first_message: str
+    tokens: int = 0
+    cost: float = 0.0
+    cursor: str = field(default="", compare=False, repr=False)
 
     def to_json(self) -> dict:
         return {
             "id": self.id, "cwd": self.cwd, "name": self.name, "parentSession": self.parent_session,
             "created": self.created, "modified": self.modified, "messageCount": self.message_count,
-            "firstMessage": self.first_message,
+            "firstMessage": self.first_message, "tokens": self.tokens, "cost": self.cost,
         }
 
 
@@ -123,22 +131,44 @@ class SessionStore:
     def find_by_id(self, session_id: str) -> SessionInfo | None:
         with read_transaction(self.engine) as conn:
             row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
-        return _info(row) if row is not None else None
+            usage = session_usage(conn, [row.pk]).get(row.pk) if row is not None else None
+        return _info(row, usage) if row is not None else None
 
-    def list(self, cwd: str) -> list[SessionInfo]:
-        """Sessions of one working directory, most recently modified first."""
-        return self._list(new_entries.resolve_cwd(cwd))
+    def list(self, cwd: str, **options: Any) -> list[SessionInfo]:
+        """Sessions of one working directory, most recently modified first (``options``: see
+        :meth:`list_all`)."""
+        return self._list(new_entries.resolve_cwd(cwd), **options)
 
-    def list_all(self) -> list[SessionInfo]:
-        """All sessions, most recently modified first."""
-        return self._list(None)
+    def list_all(self, *, sort: str = "modified", reverse: bool = False, limit: int | None = None,
+                 cursor: str | None = None, name: str | None = None, model: str | None = None,
+                 since_ms: int | None = None, until_ms: int | None = None) -> list[SessionInfo]:
+        """All sessions, most recently modified first, read from the ``sessions`` table alone.
 
-    def _list(self, cwd: str | None) -> list[SessionInfo]:
-        stmt = select(sessions).order_by(sessions.c.modified_ms.desc().nulls_last(), sessions.c.pk.desc())
-        if cwd is not None:
-            stmt = stmt.where(sessions.c.cwd == cwd)
+        ``sort``: ``modified`` / ``created`` (newest first), ``name`` (A→Z), ``cost`` (highest
+        first); ``reverse`` flips it; sessions without the sort value come last. ``limit`` /
+        ``cursor``: a page, and where to continue (the last item's ``cursor``). Filters: ``name``
+        (substring, case-insensitive), ``model`` (``model`` or ``provider/model`` billed in the
+        session), ``since_ms`` / ``until_ms`` (modified time, ms since the epoch).
+        """
+        return self._list(None, sort=sort, reverse=reverse, limit=limit, cursor=cursor, name=name, model=model,
+                          since_ms=since_ms, until_ms=until_ms)
+
+    def _list(self, cwd: str | None, *, sort: str = "modified", reverse: bool = False, limit: int | None = None,
+              cursor: str | None = None, name: str | None = None, model: str | None = None,
+              since_ms: int | None = None, until_ms: int | None = None) -> list[SessionInfo]:
+        where = ListFilter(cwd=cwd, name=name, model=model, since_ms=since_ms, until_ms=until_ms)
         with read_transaction(self.engine) as conn:
-            return [_info(row) for row in conn.execute(stmt)]
+            rows = list_rows(conn, where, sort=sort, reverse=reverse, limit=limit, cursor=cursor)
+            usage = session_usage(conn, [row.pk for row, _ in rows])
+        return [_info(row, usage.get(row.pk), position) for row, position in rows]
+
+    def search(self, query: str, **options: Any) -> list[SearchHit]:
+        """Full-text search over stored history (``store.analysis.search.search``)."""
+        return search(self.engine, query, **options)
+
+    def stats(self, session_id: str | None = None) -> SessionStats:
+        """Token and cost totals like Pi's ``/session`` (all sessions when ``session_id`` is None)."""
+        return session_stats(self.engine, session_id)
 
     def session_from_entries(self, head: dict, body: Iterable[Any], *, persist: bool,
                              force_write: bool = False) -> SessionManager:
@@ -169,6 +199,11 @@ class SessionStore:
         """Store one session file; re-importing the same bytes changes nothing."""
         return import_file(self, path)
 
+    def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False) -> list[ImportReport]:
+        """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
+        file, failures (conflicts, strict refusals) included (``store.interchange.syncing``)."""
+        return list(import_paths(self, paths, strict=strict, replace=replace))
+
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
         """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""
         return export_jsonl(self, session_id, path, as_migrated)
@@ -184,10 +219,11 @@ def _private_engine() -> Engine:
     return engine
 
 
-def _info(row: Any) -> SessionInfo:
+def _info(row: Any, usage: Usage | None = None, cursor: str = "") -> SessionInfo:
     modified = js_iso(row.modified_ms) if row.modified_ms is not None else None
     return SessionInfo(
         id=row.session_id, cwd=row.cwd, name=row.name, parent_session=row.parent_session,
         created=js_iso(row.created_ms) if row.created_ms is not None else None, modified=modified,
         message_count=row.message_count, first_message=row.first_message or "(no messages)",
+        tokens=usage.tokens if usage else 0, cost=usage.cost if usage else 0.0, cursor=cursor,
     )

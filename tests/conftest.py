@@ -79,7 +79,7 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
         pytest.skip(_pg_state["skip"])
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS entries, sessions, alembic_version CASCADE"))
+        conn.execute(text("DROP TABLE IF EXISTS imports, entries, sessions, alembic_version CASCADE"))
     engine.dispose()
     yield url
 

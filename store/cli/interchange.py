@@ -1,50 +1,218 @@
-"""``pi-store import`` and ``pi-store export``."""
+"""``pi-store import``, ``sync``, ``export`` and ``verify``: session files in and out.
+
+Per-file results go to stdout (a line each, or a JSON line each with ``--json``, then a
+``{"summary": ...}`` line), warnings and progress to stderr. The exit status is 1 when any file
+failed (a conflict, a ``--strict`` refusal, an unreadable file), else 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import click
 
 from store.cli.app import current_store, emit, main
 from store.errors import StoreError
+from store.format import js_stringify
+from store.interchange.exporting import ExportedFile, export_all
+from store.interchange.importing import ImportReport
+from store.interchange.syncing import Summary, import_paths, session_files, watch
+from store.interchange.verifying import verify_all, verify_session
+
+_PROGRESS = click.Choice(["auto", "bar", "json", "none"])
 
 
-@main.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON report per file (JSON lines).")
-def import_command(paths: tuple[str, ...], as_json: bool) -> None:
-    """Store session files byte for byte (re-importing the same bytes changes nothing)."""
-    failed = 0
-    for path in paths:
-        try:
-            report = current_store().import_file(path)
-        except StoreError as exc:
-            failed += 1
-            click.echo(f"error: {exc}", err=True)
-            continue
-        if as_json:
-            emit(report.to_json())
-        else:
-            verb = "imported" if report.imported else "unchanged"
-            click.echo(f"{verb} {report.session_id} <- {path} ({report.lines} lines, {report.bytes} bytes)")
-            for warning in report.warnings:
-                click.echo(f"warning: {warning}", err=True)
-    if failed:
+def _common(command: Callable) -> Callable:
+    command = click.option("--json", "as_json", is_flag=True,
+                           help="One JSON line per file, then a summary line.")(command)
+    command = click.option("--strict", is_flag=True,
+                           help="Refuse (store nothing of) a file that has any oddity.")(command)
+    command = click.option("--replace", is_flag=True,
+                           help="Store a file that conflicts with the stored session instead of it.")(command)
+    return command
+
+
+class _Progress:
+    """Bytes and files done, as a bar on a terminal (``auto``/``bar``) or JSON lines (``json``)."""
+
+    def __init__(self, mode: str, total_bytes: int, total_files: int) -> None:
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "none"
+        self.mode, self.total_bytes, self.total_files = mode, total_bytes, total_files
+        self.done_bytes, self.file_index, self.path = 0, 0, ""
+        self._bar = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[_Progress]:
+        if self.mode != "bar":
+            yield self
+            return
+        with click.progressbar(length=max(self.total_bytes, 1), file=sys.stderr, label="importing",
+                               show_pos=False, item_show_func=lambda _: self._label()) as bar:
+            self._bar = bar
+            yield self
+
+    def _label(self) -> str:
+        return f"file {self.file_index + 1}/{self.total_files} {os.path.basename(self.path)[:40]}"
+
+    def on_file(self, index: int, path: Path) -> None:
+        self.file_index, self.path = index, str(path)
+        self.bytes(0)
+
+    def bytes(self, count: int) -> None:
+        self.done_bytes += count
+        if self._bar is not None:
+            self._bar.update(count, self.path)
+        elif self.mode == "json":
+            sys.stderr.write(js_stringify({"progress": {
+                "file": self.file_index + 1, "files": self.total_files, "bytes": self.done_bytes,
+                "totalBytes": self.total_bytes, "path": self.path,
+            }}) + "\n")
+            sys.stderr.flush()
+
+
+def _print_report(report: ImportReport, as_json: bool) -> None:
+    if as_json:
+        emit(report.to_json())
+        sys.stdout.flush()
+    else:
+        detail = f" ({report.lines} lines, {report.bytes} bytes)" if report.imported else ""
+        click.echo(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}")
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    if report.error:
+        click.echo(f"error: {report.error}", err=True)
+
+
+def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, progress: str) -> None:
+    files = session_files(paths)
+    total = 0
+    for file in files:
+        with contextlib.suppress(OSError):
+            total += file.stat().st_size
+    summary = Summary()
+    started = time.monotonic()
+    meter = _Progress(progress, total, len(files))
+    with meter.running():
+        for report in import_paths(current_store(), files, strict=strict, replace=replace,
+                                   on_file=meter.on_file, progress=meter.bytes):
+            summary.add(report)
+            _print_report(report, as_json)
+    summary.seconds = time.monotonic() - started
+    _finish(summary, as_json)
+
+
+def _finish(summary: Summary, as_json: bool) -> None:
+    if as_json:
+        emit({"summary": summary.to_json()})
+    else:
+        click.echo(summary.render(), err=True)
+    if summary.failed:
         raise SystemExit(1)
 
 
+@main.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@_common
+@click.option("--progress", type=_PROGRESS, default="auto", show_default=True,
+              help="Progress on stderr: a bar (on a terminal), JSON lines, or none.")
+def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace: bool, progress: str) -> None:
+    """Store session files, or every *.jsonl below folders (Pi's sessions layout), byte for byte.
+
+    Importing the same bytes again changes nothing; a file that grew is read from where the
+    last import stopped; a file rewritten in another way is a conflict (see --replace).
+    """
+    _run_imports(list(paths), as_json=as_json, strict=strict, replace=replace, progress=progress)
+
+
+@main.command("sync")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@_common
+@click.option("--progress", type=_PROGRESS, default="auto", show_default=True, help="As for import.")
+@click.option("--watch", "follow", is_flag=True, help="Keep following the folder (Ctrl-C stops).")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between looks (--watch).")
+def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progress: str, follow: bool,
+                 interval: float) -> None:
+    """Bring the store up to date with a Pi sessions folder: new files imported, grown files
+    extended, unchanged files skipped (by size and content hash); safe to interrupt and rerun."""
+    if not follow:
+        _run_imports([folder], as_json=as_json, strict=strict, replace=replace, progress=progress)
+        return
+    summary = Summary()
+    started = time.monotonic()
+
+    def on_report(report: ImportReport) -> None:
+        summary.add(report)
+        if report.status != "unchanged":
+            _print_report(report, as_json)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        watch(current_store(), folder, interval=interval, strict=strict, replace=replace, on_report=on_report)
+    summary.seconds = time.monotonic() - started
+    _finish(summary, as_json)
+
+
 @main.command("export")
-@click.argument("session")
+@click.argument("session", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File (default: stdout).")
+@click.option("--all", "all_dir", type=click.Path(file_okay=False),
+              help="Write every session into this folder, in Pi's layout (--<cwd>--/<time>_<id>.jsonl).")
 @click.option("--as-migrated", is_flag=True, help="Write the v3 form Pi would have rewritten on open.")
-def export_command(session: str, output: str | None, as_migrated: bool) -> None:
-    """Write a session as JSONL (the imported bytes, unchanged)."""
+@click.option("--json", "as_json", is_flag=True, help="With --all: one JSON line per file written.")
+def export_command(session: str | None, output: str | None, all_dir: str | None, as_migrated: bool,
+                   as_json: bool) -> None:
+    """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all."""
+    if (session is None) == (all_dir is None):
+        raise click.UsageError("give a SESSION or --all DIR")
     try:
-        if output:
+        if all_dir is not None:
+            def report(exported: ExportedFile) -> None:
+                if as_json:
+                    emit(exported.to_json())
+                else:
+                    click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+
+            export_all(current_store(), all_dir, as_migrated=as_migrated, progress=report)
+        elif output:
             current_store().export_jsonl(session, output, as_migrated=as_migrated)
         else:
             for chunk in current_store().iter_export(session, as_migrated=as_migrated):
                 sys.stdout.buffer.write(chunk)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@main.command("verify")
+@click.argument("session", required=False)
+@click.option("--all", "everything", is_flag=True, help="Verify every stored session.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per session.")
+def verify_command(session: str | None, everything: bool, as_json: bool) -> None:
+    """Re-export and compare with the imported bytes (sha256), re-derive the tree and compare with
+    the stored one, and report missing parents, duplicate ids and cycles. Exit 1 if any differs."""
+    if (session is None) == (not everything):
+        raise click.UsageError("give a SESSION or --all")
+    try:
+        reports = verify_all(current_store()) if everything else [verify_session(current_store(), session)]
+        failed = 0
+        for health in reports:
+            failed += not health.ok
+            if as_json:
+                emit(health.to_json())
+                continue
+            checks = [("bytes", health.bytes_ok), ("canonical", health.canonical_ok), ("tree", health.tree_ok)]
+            verdicts = ", ".join(f"{name} {'ok' if ok else 'DIFFERS'}" for name, ok in checks if ok is not None)
+            click.echo(f"{'ok' if health.ok else 'FAILED'} {health.session_id}: {verdicts or 'no checks'}; "
+                       f"{health.rows} lines, {health.entries} entries, {health.skipped} skipped, "
+                       f"{health.missing_parents} missing parents, {health.duplicate_ids} duplicate ids, "
+                       f"{health.cycles} cycles")
+            for detail in health.details:
+                click.echo(f"  {detail}")
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if failed:
+        raise SystemExit(1)

@@ -4,23 +4,60 @@ from __future__ import annotations
 
 import click
 
+from store.analysis.listing import SORTS
 from store.cli.app import current_store, emit, main
 from store.describe import describe_session
 from store.errors import StoreError
+from store.format.jsdate import parse_js_date
 
 
 @main.command("list")
 @click.option("--cwd", help="Only sessions of this working directory.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def list_command(cwd: str | None, as_json: bool) -> None:
-    """Sessions, most recently modified first."""
-    infos = current_store().list(cwd) if cwd else current_store().list_all()
+@click.option("--sort", type=click.Choice(SORTS), default="modified", show_default=True,
+              help="modified/created: newest first; name: A to Z; cost: highest first.")
+@click.option("--reverse", is_flag=True, help="Reverse the sort order.")
+@click.option("--limit", type=click.IntRange(1), help="Page size (then --cursor continues).")
+@click.option("--cursor", help="Continue after this position (printed with the previous page).")
+@click.option("--name", help="Only sessions whose name contains this (case-insensitive).")
+@click.option("--model", help="Only sessions that used this model (MODEL or PROVIDER/MODEL).")
+@click.option("--since", help="Only sessions modified at or after this date (ISO 8601, e.g. 2026-01-31).")
+@click.option("--until", help="Only sessions modified before this date.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list (with --limit: {\"sessions\": [...], \"nextCursor\": ...}).")
+def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, cursor: str | None,
+                 name: str | None, model: str | None, since: str | None, until: str | None, as_json: bool) -> None:
+    """Sessions, most recently modified first; served from the sessions table alone."""
+    options = {"sort": sort, "reverse": reverse, "cursor": cursor, "name": name, "model": model,
+               "since_ms": _date_ms(since, "--since"), "until_ms": _date_ms(until, "--until"),
+               "limit": None if limit is None else limit + 1}
+    store = current_store()
+    try:
+        infos = store.list(cwd, **options) if cwd else store.list_all(**options)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    next_cursor = None
+    if limit is not None and len(infos) > limit:
+        infos = infos[:limit]
+        next_cursor = infos[-1].cursor
     if as_json:
-        emit([info.to_json() for info in infos])
+        items = [info.to_json() for info in infos]
+        emit(items if limit is None else {"sessions": items, "nextCursor": next_cursor})
         return
     for info in infos:
         title = info.name or info.first_message
-        click.echo(f"{info.id}  {info.modified or '-':24}  {info.message_count:6} msgs  {info.cwd}  {title[:60]}")
+        click.echo(f"{info.id}  {info.modified or '-':24}  {info.message_count:6} msgs  ${info.cost:<9.4f}  "
+                   f"{info.cwd}  {title[:60]}")
+    if next_cursor:
+        click.echo(f"more: --cursor {next_cursor}", err=True)
+
+
+def _date_ms(value: str | None, option: str) -> int | None:
+    if value is None:
+        return None
+    ms = parse_js_date(value)
+    if ms is None:
+        raise click.BadParameter(f"not a date: {value!r}", param_hint=option)
+    return int(ms)
 
 
 @main.command("inspect")

@@ -24,6 +24,10 @@ Columns derived at append time (so that reads cost what they return, not what th
     of walking the whole path.
 ``superseded``
     a later row carries the same entry id (Pi's lookups see only the last one).
+
+The analysis columns (``search_text`` ... ``usage_cost``) are computed from the parsed entry at
+write time by ``store.analysis.extract`` (see there); migration 0003 adds them with the views and
+the full-text index (``docs/sql.md``).
 """
 
 from __future__ import annotations
@@ -31,20 +35,26 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Double,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
+# JSON text on SQLite, jsonb on PostgreSQL (parsed once on write; ``->>`` works the same on both).
+# Rows are written with DBAPI statements and the JSON text, never through this type's binding.
+Json = Text().with_variant(JSONB(), "postgresql")
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -92,7 +102,9 @@ class SessionRow(Base):
     source_bytes: Mapped[int | None] = mapped_column(BigInteger)
     source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
 
-    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"))
+    __table_args__ = (
+        Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"), Index(None, "name"),
+    )
 
 
 class EntryRow(Base):
@@ -122,6 +134,17 @@ class EntryRow(Base):
     thinking_seq: Mapped[int | None] = mapped_column(Integer)
     model_seq: Mapped[int | None] = mapped_column(Integer)
     superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+    # analysis columns (store.analysis.extract): never NULL, '' / 0 / '{}' when the row has none
+    search_text: Mapped[str] = mapped_column(Text, server_default="", doc="plain text, then other searchable text")
+    facts: Mapped[str] = mapped_column(Json, server_default="{}", doc="per-type analysis fields (a JSON object)")
+    provider: Mapped[str] = mapped_column(Text, server_default="", doc="provider billed for this row's usage")
+    model: Mapped[str] = mapped_column(Text, server_default="", doc="model billed for this row's usage")
+    has_usage: Mapped[int] = mapped_column(SmallInteger, server_default="0", doc="1: Pi's /session counts it")
+    usage_input: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    usage_output: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    usage_cache_read: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    usage_cache_write: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    usage_cost: Mapped[float] = mapped_column(Double, server_default="0", doc="cost.total")
 
     __table_args__ = (
         UniqueConstraint("session_pk", "seq"),
@@ -132,8 +155,30 @@ class EntryRow(Base):
               postgresql_where=text("type <> 'message'")),
         Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
               postgresql_where=text("target_id IS NOT NULL")),
+        # usage totals per session and the models it used, read from the index alone (list, stats)
+        Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
+              "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
+              postgresql_where=text("has_usage = 1")),
     )
 
 
 sessions = SessionRow.__table__
 entries = EntryRow.__table__
+
+
+class ImportRow(Base):
+    """One imported source file: the stored prefix of it (see migration 0002)."""
+
+    __tablename__ = "imports"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    source_path: Mapped[str] = mapped_column(Text, unique=True, doc="absolute path of the file")
+    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), index=True)
+    source_bytes: Mapped[int] = mapped_column(BigInteger, doc="length of the stored prefix of the file")
+    source_sha256: Mapped[str] = mapped_column(String(64), doc="sha256 of that prefix")
+    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
+    revision: Mapped[int] = mapped_column(Integer, doc="imports of this path that stored new bytes")
+    imported_ms: Mapped[int] = mapped_column(BigInteger, doc="when the last of them committed")
+
+
+imports = ImportRow.__table__

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
+from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.schema import sessions
 from store.format.jsvalue import prop
 from store.tree_columns import TreeColumns
@@ -17,7 +18,7 @@ from store.tree_columns import TreeColumns
 ROW_COLUMNS = (
     "session_pk", "seq", "kind", "entry_id", "parent_id", "type", "role", "target_id", "timestamp", "line",
     "raw", "eol", "parent_seq", "depth", "run_start", "compaction_seq", "thinking_seq", "model_seq",
-    "superseded",
+    "superseded", *ANALYSIS_COLUMNS,
 )
 
 
@@ -45,7 +46,8 @@ def _text(value: Any) -> str | None:
 def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, cols: TreeColumns | None,
                  raw: bytes | None = None, eol: str = "\n") -> tuple:
     """The ``entries`` row of one physical line, in ``ROW_COLUMNS`` order (``value``: its parsed
-    JSON, if any; ``cols``: its derived tree columns, if it is an entry)."""
+    JSON, if any; ``cols``: its derived tree columns, if it is an entry; the analysis columns
+    come from ``store.analysis.extract``)."""
     entry_id = parent_id = entry_type = role = target_id = timestamp = None
     if isinstance(value, dict):
         entry_type = _text(value.get("type"))
@@ -56,12 +58,13 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
             role = _text(prop(value.get("message"), "role"))
         elif entry_type in ("label", "context_edit"):
             target_id = _text(value.get("targetId"))
+    analysis = analysis_values(value) if kind == "entry" else NO_ANALYSIS
     if cols is None:
         return (session_pk, seq, kind, entry_id, parent_id, entry_type, role, target_id, timestamp, line, raw, eol,
-                None, None, None, None, None, None, False)
+                None, None, None, None, None, None, False, *analysis)
     return (session_pk, seq, kind, entry_id, parent_id, entry_type, role, target_id, timestamp, line, raw, eol,
             cols.parent_seq, cols.depth, cols.run_start, cols.compaction_seq, cols.thinking_seq, cols.model_seq,
-            cols.superseded)
+            cols.superseded, *analysis)
 
 
 INSERT_ROW = f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"

@@ -1,102 +1,293 @@
-"""Importing one session file: read it the way Pi reads it, keep every byte, store it in one
-transaction. Re-importing the same bytes changes nothing; different bytes under a stored session
-id are refused (``SessionExists``) rather than merged."""
+"""Importing session files: read each the way Pi reads it, keep every byte, store it in one
+transaction, streaming (memory stays flat whatever the file's size).
+
+What an import does with a file depends on what the store already holds for it (decided under
+the store's write lock, so concurrent imports of one file agree):
+
+* a new session: every line is stored (``imported``);
+* the same bytes as stored: nothing (``unchanged``); so is a file that is the beginning of the
+  stored bytes (an older copy);
+* the stored bytes followed by more (Pi appended lines): only the lines after the stored ones are
+  read and stored (``appended``), correcting what they change in earlier rows (a duplicate id
+  supersedes an earlier entry and takes over its children); when the stored file ended in an
+  unfinished line, or Pi had to migrate it, the session is stored again from the whole file
+  instead (``rebuilt``) — nothing stored is lost either way, it is all in the file;
+* anything else — a file rewritten (Pi's migration rewrites old files), truncated or edited — is a
+  conflict: :class:`ImportConflict`, nothing changes. ``replace=True`` stores the file's content
+  instead of the stored one (``replaced``): an explicit choice, never a silent merge.
+
+``strict=True`` refuses (:class:`StrictRefusal`) a file with any oddity and stores nothing of it.
+A crash mid-file leaves nothing of that file (one transaction); importing it again starts over.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from store.bulk import store_session_rows
+from sqlalchemy import Connection, Row, delete, select, text, update
+
+from store.bulk import SessionWriter, advance_session, create_session, finish_session
 from store.db import queries
-from store.db.engine import write_transaction
-from store.db.schema import sessions
+from store.db.engine import is_sqlite, write_transaction
+from store.db.schema import entries, imports, sessions
 from store.errors import ImportFailed, SessionExists
-from store.format import iter_lines
-from store.loading import ENTRY, VALUE, LineWarning, load_lines, session_id_for
+from store.format.lines import RawLine
+from store.gc_pause import gc_paused
+from store.interchange.exporting import session_bytes
+from store.interchange.reading import (
+    WORKER_MIN_BYTES,
+    FileRows,
+    Job,
+    Progress,
+    RowReading,
+    Window,
+    read_in_worker,
+    sha256_of,
+)
+from store.loading import fallback_session_id, head_of, plan_v1_migration
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
 
+IMPORTED, APPENDED, REBUILT, REPLACED, UNCHANGED = "imported", "appended", "rebuilt", "replaced", "unchanged"
+CONFLICT, REFUSED, FAILED, BUSY = "conflict", "refused", "failed", "busy"
+
+
+class ImportConflict(SessionExists):
+    """The file holds a session the store has, with content that neither equals nor extends
+    what is stored; nothing was changed."""
+
+    def __init__(self, message: str, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
 
 @dataclass(slots=True)
 class ImportReport:
-    """What one import did."""
+    """What one import did (``status``: one of the module's status words)."""
 
     path: str
-    session_id: str
-    imported: bool  # False: the same bytes were already stored
-    lines: int = 0
-    entries: int = 0
-    bytes: int = 0
+    session_id: str | None
+    status: str
+    lines: int = 0  # rows stored by this import
+    entries: int = 0  # of which entries
+    bytes: int = 0  # bytes of the file read into the store (all of a new file; the new ones of an append)
+    size: int = 0  # of the file as imported
     sha256: str = ""
     pi_valid: bool = True
     migrated_from: str | None = None
+    revision: int = 0
     warnings: list[str] = field(default_factory=list)
+    warning_count: int = 0
+    error: str | None = None
+
+    @property
+    def imported(self) -> bool:
+        """Whether this import stored anything."""
+        return self.status in (IMPORTED, APPENDED, REBUILT, REPLACED)
 
     def to_json(self) -> dict:
-        return {
-            "path": self.path, "sessionId": self.session_id, "imported": self.imported, "lines": self.lines,
-            "entries": self.entries, "bytes": self.bytes, "sha256": self.sha256, "piValid": self.pi_valid,
-            "migratedFrom": self.migrated_from, "warnings": self.warnings,
+        doc = {
+            "path": self.path, "sessionId": self.session_id, "status": self.status, "imported": self.imported,
+            "lines": self.lines, "entries": self.entries, "bytes": self.bytes, "size": self.size,
+            "sha256": self.sha256, "piValid": self.pi_valid, "migratedFrom": self.migrated_from,
+            "revision": self.revision, "warningCount": self.warning_count, "warnings": self.warnings,
         }
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
 
 
-class _HashingReader:
-    """A binary reader that hashes and counts what passes through it."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._stream.read(size)
-        self.sha256.update(data)
-        self.size += len(data)
-        return data
+def _lines(stream: BinaryIO, end: int) -> Iterator[RawLine]:
+    return Window(stream, 0, end).lines()
 
 
-def import_file(store: SessionStore, path: str | os.PathLike) -> ImportReport:
-    """Store one session file (see module docstring)."""
+@dataclass(slots=True)
+class _Plan:
+    """What to do with a file (see the module docstring)."""
+
+    status: str
+    session: Row | None = None
+    hasher: Any = None  # sha256 of the bytes before ``start``
+    start: int = 0
+    reason: str = ""
+
+
+def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = False, replace: bool = False,
+                progress: Progress | None = None, parallel: bool = True) -> ImportReport:
+    """Store one session file (see the module docstring); raises ``ImportFailed`` (unreadable),
+    ``StrictRefusal`` or :class:`ImportConflict`, and then stores nothing. ``parallel``: a big new
+    file may be read by a worker process (``store.interchange.reading``)."""
     path = Path(path)
+    source = os.path.realpath(path)
     try:
-        with path.open("rb") as stream:
-            reader = _HashingReader(stream)
-            loaded = load_lines(iter_lines(reader))
-            stat = os.fstat(stream.fileno())
+        stream = path.open("rb")
     except OSError as exc:
         raise ImportFailed(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    sha = reader.sha256.hexdigest()
-    session_id = session_id_for(loaded, path.name, sha)
-    report = ImportReport(
-        str(path), session_id, imported=True, lines=len(loaded.rows),
-        entries=sum(row.kind in (ENTRY, VALUE) for row in loaded.rows), bytes=reader.size, sha256=sha,
-        pi_valid=loaded.pi_valid, migrated_from=loaded.migrated_from,
-    )
-    warnings = list(loaded.warnings)
-    if loaded.invalid_reason:
-        warnings.insert(0, LineWarning(1, loaded.invalid_reason))
-    with write_transaction(store.engine) as conn:
-        existing = queries.session_by_id(conn, session_id)
-        if existing is not None:
-            if existing.source_sha256 == sha:
-                report.imported = False
+    with stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ImportFailed(f"{path}: not a regular file")
+        size = info.st_size  # bytes appended while this runs are left for the next import
+        head = head_of(_lines(stream, size))
+        session_id = head.header["id"] if head.header is not None else fallback_session_id(
+            _lines(stream, size), path.name, lambda: sha256_of(stream, size).hexdigest())
+        plan = plan_v1_migration(_lines(stream, size)) if head.needs_plan else None
+        with write_transaction(store.engine) as conn:
+            _lock(conn, session_id)
+            decided = _decide(conn, stream, size, source, session_id, replace, head.header)
+            report = ImportReport(str(path), session_id, decided.status, size=size)
+            if decided.status == CONFLICT:
+                raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed "
+                                     "(import with --replace to store the file instead)", session_id)
+            session = decided.session
+            if decided.status == UNCHANGED:
+                assert session is not None
+                report.sha256 = decided.hasher.hexdigest()  # type: ignore[attr-defined]
+                report.pi_valid, report.migrated_from = session.pi_valid, session.migrated_from
+                report.revision = _record(conn, source, session.pk, size, report.sha256, info.st_mtime)
                 return report
-            raise SessionExists(
-                f"{path}: session {session_id} is already stored with different content "
-                f"(stored sha256 {existing.source_sha256 or 'none: written through the API'}, file {sha})"
-            )
-        spk = store_session_rows(
-            conn, session_id, loaded.header, loaded.rows, pi_valid=loaded.pi_valid,
-            mtime_ms=stat.st_mtime * 1000, warnings=warnings,
-        )
-        conn.execute(sessions.update().where(sessions.c.pk == spk).values(
-            source_path=str(path.resolve()), source_sha256=sha, source_bytes=reader.size,
-            source_mtime_ms=int(stat.st_mtime * 1000), migrated_from=loaded.migrated_from,
-        ))
-    report.warnings = [w.render(str(path)) for w in warnings]
+            append = decided.status == APPENDED
+            if session is None:
+                spk = create_session(conn, session_id)
+            else:
+                spk = session.pk
+                if not append:  # stored again from the whole file, under the same key
+                    conn.execute(delete(entries).where(entries.c.session_pk == spk))
+            job = Job(stream, decided.start, size, spk, str(path), strict, plan,
+                      first_seq=session.last_seq + 1 if append and session is not None else 0, in_body=append,
+                      derive_tree=append or (head.header is not None and (plan is None or plan.error is None)))
+            read = _store_rows(conn, job, decided.hasher if append else None, progress,
+                               parallel and not append and size - decided.start >= WORKER_MIN_BYTES)
+            origin = {"source_path": source, "source_sha256": read.sha256, "source_bytes": size,
+                      "source_mtime_ms": int(info.st_mtime * 1000)}
+            if append:
+                advance_session(conn, spk, read.summary)
+                conn.execute(update(sessions).where(sessions.c.pk == spk).values(**origin))
+            else:
+                finish_session(conn, spk, read.header, read.summary, pi_valid=read.pi_valid,
+                               mtime_ms=info.st_mtime * 1000, migrated_from=read.migrated_from, **origin)
+            report.sha256, report.bytes = read.sha256, size - decided.start
+            report.lines, report.entries = read.summary.rows, read.summary.entries
+            report.pi_valid, report.migrated_from = read.pi_valid, read.migrated_from
+            report.revision = _record(conn, source, spk, size, read.sha256, info.st_mtime)
+    report.warnings, report.warning_count = read.warnings.rendered(), read.warnings.count
     return report
+
+
+def _store_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | None, in_worker: bool) -> FileRows:
+    """Read ``job`` and insert its rows as they come; then settle the tree (see ``SessionWriter``).
+    The cyclic GC rests meanwhile (a worker inherits that): parsed lines hold no cycles, and its
+    passes over every chunk of rows in flight cost more than they find."""
+    with gc_paused():
+        return _stream_rows(conn, job, hasher, progress, in_worker)
+
+
+def _stream_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | None, in_worker: bool) -> FileRows:
+    writer = SessionWriter(conn, job.session_pk, first_seq=job.first_seq)
+    if in_worker:
+        read = None
+        for item in read_in_worker(job, progress):
+            if isinstance(item, FileRows):
+                read = item
+            else:
+                writer.insert(item)
+        assert read is not None
+    else:
+        reading = RowReading(job, hasher, progress, writer.look_up_stored if job.first_seq else None, writer.stored)
+        for values in reading.chunks():
+            writer.insert(values)
+        read = reading.result
+        assert read is not None
+    for warning in writer.finish(read.summary):
+        read.warnings(warning)
+    return read
+
+
+def _lock(conn: Connection, session_id: str) -> None:
+    """Serialise imports of one session id (SQLite: the write transaction already holds the
+    database's write lock; PostgreSQL: a transaction-scoped advisory lock on the id)."""
+    if not is_sqlite(conn):
+        key = int.from_bytes(hashlib.sha256(f"pi-store import {session_id}".encode()).digest()[:8], "big", signed=True)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, replace: bool,
+            header: dict | None) -> _Plan:
+    session = queries.session_by_id(conn, session_id)
+    if session is None:
+        return _Plan(IMPORTED)
+    if session.source_sha256 is None:
+        if replace:
+            return _Plan(REPLACED, session)
+        return _Plan(CONFLICT, session, reason="a session with this id was created through the store's API")
+    record = conn.execute(select(imports).where(imports.c.source_path == source)).first()
+    if record is not None and record.session_pk == session.pk and record.source_bytes == size:
+        hasher = sha256_of(stream, size)
+        if hasher.hexdigest() == record.source_sha256:  # what this very path gave last time
+            return _Plan(UNCHANGED, session, hasher)
+    stored_bytes = session.source_bytes or 0
+    if size >= stored_bytes:
+        hasher = sha256_of(stream, stored_bytes)
+        if hasher.hexdigest() == session.source_sha256:
+            if size == stored_bytes:
+                return _Plan(UNCHANGED, session, hasher)
+            if _can_append(conn, session):
+                return _Plan(APPENDED, session, hasher, start=stored_bytes)
+            return _Plan(REBUILT, session)
+        reason = (f"its first {stored_bytes} bytes differ from the {stored_bytes} bytes stored (sha256 "
+                  f"{session.source_sha256[:12]}…): the file was rewritten or edited, not appended to")
+        if session.migrated_from is not None and header is not None and header.get("version") == 3:
+            reason += f" (Pi migrates a v{session.migrated_from} file to v3 and rewrites it when it opens it)"
+    else:
+        hasher = sha256_of(stream, size)
+        if hasher.digest() == _stored_prefix_sha(conn, session.pk, size):
+            return _Plan(UNCHANGED, session, hasher)  # an older copy: the store holds all of it and more
+        reason = (f"the file has {size} bytes, fewer than the {stored_bytes} stored, and is not their beginning: "
+                  "it was truncated or rewritten")
+    return _Plan(REPLACED, session) if replace else _Plan(CONFLICT, session, reason=reason)
+
+
+def _can_append(conn: Connection, session: Row) -> bool:
+    """Lines after the stored ones can be added as they are: the stored file is a session Pi
+    opens without migrating it, and its last line was complete."""
+    if not session.pi_valid or session.header_seq is None or session.migrated_from is not None:
+        return False
+    eol = conn.execute(select(entries.c.eol).where(entries.c.session_pk == session.pk,
+                                                   entries.c.seq == session.last_seq)).scalar()
+    return bool(eol)
+
+
+def _stored_prefix_sha(conn: Connection, session_pk: int, size: int) -> bytes:
+    hasher = hashlib.sha256()
+    left = size
+    for chunk in session_bytes(conn, session_pk):
+        hasher.update(chunk[:left])
+        left -= min(left, len(chunk))
+        if not left:
+            break
+    return hasher.digest()
+
+
+def _record(conn: Connection, source: str, session_pk: int, size: int, sha256: str, mtime: float) -> int:
+    """Remember which bytes of ``source`` are stored; returns the path's revision."""
+    now = int(time.time() * 1000)
+    row = conn.execute(select(imports.c.revision, imports.c.source_sha256, imports.c.session_pk)
+                       .where(imports.c.source_path == source)).first()
+    values = {"session_pk": session_pk, "source_bytes": size, "source_sha256": sha256,
+              "source_mtime_ms": int(mtime * 1000), "imported_ms": now}
+    if row is None:
+        conn.execute(imports.insert().values(source_path=source, revision=1, **values))
+        return 1
+    if row.source_sha256 == sha256 and row.session_pk == session_pk:
+        return row.revision
+    conn.execute(update(imports).where(imports.c.source_path == source).values(revision=row.revision + 1, **values))
+    return row.revision + 1
+

@@ -1,6 +1,6 @@
-"""Single-file interchange: import then export gives back the same bytes, for every file Pi wrote
-and every legacy/edge file; migrated files can also be exported as Pi rewrites them; re-imports
-are idempotent and conflicts are refused with a clear error."""
+"""Import then export gives back the same bytes, for every file Pi wrote and every legacy/edge
+file (read in this process and by the worker process); migrated files can also be exported as Pi
+rewrites them; re-imports are idempotent and conflicts are refused with a clear error."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from store.errors import ImportFailed, SessionExists, SessionNotFound
-from store.format import iter_lines
-from store.loading import load_lines
+from store.format import CURRENT_SESSION_VERSION, iter_lines, session_version
+from store.interchange.importing import import_file
+from store.loading import head_of
 from store.session_store import SessionStore
 from tests.oracle_support import CORPUS_DIR, load_fixture_cases
 
@@ -25,7 +26,8 @@ CORPUS = sorted(CORPUS_DIR.glob("*.jsonl")) if CORPUS_DIR.is_dir() else []
 
 def _needs_migration(path: Path) -> bool:
     with path.open("rb") as stream:
-        return load_lines(iter_lines(stream)).migrated_from is not None
+        head = head_of(iter_lines(stream))
+    return head.header is not None and not session_version(head.header) >= CURRENT_SESSION_VERSION
 
 
 MIGRATED = [c for c in load_fixture_cases(("legacy",)) if _needs_migration(c.source_path)]
@@ -42,6 +44,38 @@ def test_round_trip_is_byte_identical(tmp_path: Path, path: Path) -> None:
         out = tmp_path / "out.jsonl"
         store.export_jsonl(session_id, out)
         assert sha(out.read_bytes()) == sha(path.read_bytes())
+
+
+def test_the_worker_process_reads_like_this_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big files are read by a forked worker; force it on small ones: same rows, same bytes."""
+    import store.interchange.importing as importing
+
+    monkeypatch.setattr(importing, "WORKER_MIN_BYTES", 0)
+    for index, path in enumerate(p for p in FILES if p.name.startswith(("edge-", "legacy-", "small-seed1-"))):
+        with SessionStore.connect(f"sqlite:///{tmp_path / f'w{index}.db'}") as parallel, \
+                SessionStore.connect(f"sqlite:///{tmp_path / f's{index}.db'}") as serial:
+            ours = import_file(parallel, path, parallel=True)
+            theirs = import_file(serial, path, parallel=False)
+            assert (ours.session_id, ours.lines, ours.warnings, ours.sha256) == (
+                theirs.session_id, theirs.lines, theirs.warnings, theirs.sha256)
+            assert b"".join(parallel.iter_export(ours.session_id)) == path.read_bytes()
+            assert table_rows(parallel) == table_rows(serial), path.name
+
+
+def table_rows(store: SessionStore) -> list[tuple]:
+    """Every stored row of every session, without keys (for comparing two stores)."""
+    from sqlalchemy import select
+
+    from store.db.engine import read_transaction
+    from store.db.schema import entries, sessions
+
+    skip = {"pk", "session_pk"}
+    with read_transaction(store.engine) as conn:
+        session_rows = [tuple(v for k, v in row._mapping.items() if k not in skip | {"source_path", "source_mtime_ms"})
+                        for row in conn.execute(select(sessions).order_by(sessions.c.session_id))]
+        entry_rows = [tuple(v for k, v in row._mapping.items() if k not in skip)
+                      for row in conn.execute(select(entries).order_by(entries.c.session_pk, entries.c.seq))]
+    return session_rows + entry_rows
 
 
 @pytest.mark.skipif(not CORPUS, reason=f"corpus absent: {CORPUS_DIR} (../shared is not checked out here)")
@@ -82,7 +116,7 @@ def test_both_engines_round_trip_and_reimport(store: SessionStore, tmp_path: Pat
     assert len(store.list_all()) == 1
     assert b"".join(store.iter_export(report.session_id)) == path.read_bytes()
     changed = tmp_path / path.name
-    changed.write_bytes(path.read_bytes() + b'{"type":"custom","customType":"x"}\n')
+    changed.write_bytes(path.read_bytes()[:-10] + b'{"type":"custom","customType":"x"}\n')
     with pytest.raises(SessionExists, match=re.escape(str(changed))):
         store.import_file(changed)
 
@@ -119,7 +153,9 @@ def test_cli_import_list_inspect_export(tmp_path: Path) -> None:
 
     imported = run("import", str(path), "--json")
     assert imported.returncode == 0, imported.stderr
-    session_id = json.loads(imported.stdout)["sessionId"]
+    report, summary = map(json.loads, imported.stdout.splitlines())
+    session_id = report["sessionId"]
+    assert report["status"] == "imported" and summary["summary"]["sessions"] == 1
     listed = json.loads(run("list", "--json").stdout)
     assert [s["id"] for s in listed] == [session_id]
     doc = json.loads(run("inspect", session_id, "--all-leaves").stdout)

@@ -1,0 +1,19 @@
+"""The analysis surface: SQL views, full-text search, usage statistics, session listing.
+
+The schema objects live in migration 0003 (``docs/sql.md`` documents them); this package holds
+what runs against them: ``extract`` (the analysis columns of a row, computed on write),
+``fts`` / ``search`` (full-text search with provenance), ``stats`` (``/session`` totals),
+``readonly`` (``pi-store sql``), ``listing`` (``pi-store list``) and ``backfill`` (recomputing).
+"""
+
+# Objects of migration 0003 that the ORM models do not describe (an FTS5 table and its shadow
+# tables, a watermark table, an expression index): schema comparisons against the models skip them.
+HAND_WRITTEN = frozenset({
+    "entries_fts", "entries_fts_data", "entries_fts_idx", "entries_fts_docsize", "entries_fts_config",
+    "entries_fts_content", "fts_watermark", "ix_entries_search_vector",
+})
+
+
+def include_name(name: str | None, type_: str, parent_names: dict) -> bool:
+    """Alembic ``include_name`` hook: leave :data:`HAND_WRITTEN` objects out of comparisons."""
+    return name not in HAND_WRITTEN

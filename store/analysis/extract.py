@@ -1,0 +1,280 @@
+"""What the analysis surface needs from one entry, computed once when the row is written.
+
+:func:`analysis_values` is a pure function of an entry's parsed JSON; ``store.db.writes.entry_values``
+appends its result to every ``entries`` row (imports and appends alike), so the SQL views read
+typed columns and clean JSON instead of parsing ``line`` — which PostgreSQL cannot even parse
+when a line holds a lone-surrogate or ``\\u0000`` escape (both legal in Pi's files). Every string
+stored here is *clean*: lone surrogates and NUL become U+FFFD, on both engines alike.
+
+The columns (``ANALYSIS_COLUMNS``, in row order) are never NULL: a row without the thing holds
+``''`` / ``0`` / ``'{}'`` (the views show NULL). Measured on the append path: Python's sqlite3
+binds ``None`` through its adapter protocol at ~3,600 instructions a parameter against ~350 for
+an int or a str, and a SQLite trigger costs every inserted row, so there are neither.
+
+``search_text``
+    the entry's searchable text: its plain text first, then a newline and what else is worth
+    finding (thinking, tool-call names and argument values, error messages, system-prompt
+    sections); at most ``SEARCH_TEXT_LIMIT`` characters. Plain text is the text blocks of a
+    message (images, thinking and tool calls left out), a bash execution's command and output,
+    a summary, a custom message's content, a context edit's replacement, a label, a session name.
+``facts``
+    a small JSON object of per-type fields: ``textChars`` (length of the plain text, when it is
+    not all of ``search_text``), ``stopReason``, ``errorMessage``, ``totalTokens``, ``toolCalls``
+    (``[{id, name, arguments}]``), ``toolCallId``, ``toolName``, ``isError``, ``exitCode``,
+    ``kind``, ``firstKeptEntryId``, ``tokensBefore``, ``fromHook``, ``fromId``, ``customType``,
+    ``display``, ``hides``, ``providerId``/``modelId`` (model changes), ``thinkingLevel``.
+    Flags are 0/1.
+``provider``, ``model``
+    who was billed for this row's usage (assistant messages, ``usage`` entries).
+``has_usage``, ``usage_*``
+    1 on exactly the records Pi's ``/session`` adds up (assistant messages, tool results with
+    usage, ``usage`` entries, compaction and branch-summary usage), with their token counts and
+    ``cost.total`` (the reported ``totalTokens`` is in ``facts``). Counts that are not integers
+    and costs that are not finite numbers count as 0 (Pi would add them and print nonsense).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Final
+
+import orjson
+
+from store.format.jsvalue import truthy
+
+ANALYSIS_COLUMNS: Final = (
+    "search_text", "facts", "provider", "model", "has_usage",
+    "usage_input", "usage_output", "usage_cache_read", "usage_cache_write", "usage_cost",
+)
+SEARCH_TEXT_LIMIT: Final = 65_536
+_NO_USAGE: Final = (0, 0, 0, 0, 0, 0.0)  # has_usage, then the numbers
+NO_ANALYSIS: Final = ("", "{}", "", "", *_NO_USAGE)
+_MAX_BIGINT: Final = 2**63 - 1
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates and NUL replaced by U+FFFD (storable on both engines)."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def analysis_values(value: dict) -> tuple:
+    """The ``ANALYSIS_COLUMNS`` of one entry (a parsed JSON object of kind ``entry``)."""
+    kind = value.get("type")
+    if kind == "message":
+        message = value.get("message")
+        if message.__class__ is not dict:
+            return NO_ANALYSIS
+        content = message.get("content")
+        role = message.get("role")
+        if role == "user" and content.__class__ is str and len(content) <= SEARCH_TEXT_LIMIT:  # the most common
+            if not content.isascii() or "\x00" in content:
+                content = clean_text(content)
+            return content, "{}", "", "", 0, 0, 0, 0, 0, 0.0
+        if role == "assistant":
+            return _assistant(message, content)
+        return _message(role, message, content)
+    facts: dict[str, Any] = {}
+    if kind in ("compaction", "branch_summary"):
+        if kind == "compaction":
+            _put_str(facts, "firstKeptEntryId", value.get("firstKeptEntryId"))
+            _put_tokens(facts, "tokensBefore", value.get("tokensBefore"))
+        else:
+            _put_str(facts, "fromId", value.get("fromId"))
+        _put_flag(facts, "fromHook", value.get("fromHook"))
+        usage = value.get("usage")
+        return _row(_str(value.get("summary")), (), facts, usage=_usage(usage, facts) if truthy(usage) else _NO_USAGE)
+    if kind == "usage":
+        _put_str(facts, "kind", value.get("kind"))
+        return _row("", (), facts, _str(value.get("provider")), _str(value.get("model")),
+                    _usage(value.get("usage"), facts))
+    if kind == "custom_message":
+        _put_str(facts, "customType", value.get("customType"))
+        _put_flag(facts, "display", value.get("display"))
+        return _row(_content_text(value.get("content")), (), facts)
+    if kind == "context_edit":
+        replacement = value.get("replacement")
+        text = _content_text(replacement.get("content")) if isinstance(replacement, dict) else ""
+        return _row(text, (), {"hides": int(replacement is None)})
+    if kind == "label":
+        return _row(_str(value.get("label")), (), facts)
+    if kind == "session_info":
+        return _row(_str(value.get("name")), (), facts)
+    if kind == "model_change":
+        _put_str(facts, "providerId", value.get("provider"))
+        _put_str(facts, "modelId", value.get("modelId"))
+    elif kind == "thinking_level_change":
+        _put_str(facts, "thinkingLevel", value.get("thinkingLevel"))
+    elif kind == "custom":
+        _put_str(facts, "customType", value.get("customType"))
+    else:
+        return NO_ANALYSIS
+    return _row("", (), facts)
+
+
+def _message(role: Any, message: dict, content: Any) -> tuple:
+    facts: dict[str, Any] = {}
+    if role == "toolResult":
+        _put_str(facts, "toolCallId", message.get("toolCallId"))
+        _put_str(facts, "toolName", message.get("toolName"))
+        _put_flag(facts, "isError", message.get("isError"))
+        usage = message.get("usage")
+        return _row(_content_text(content), (), facts, usage=_usage(usage, facts) if truthy(usage) else _NO_USAGE)
+    if role == "bashExecution":
+        _put_number(facts, "exitCode", message.get("exitCode"))
+        parts = [part for part in (_str(message.get("command")), _str(message.get("output"))) if part]
+        return _row("\n".join(parts), (), facts)
+    if role == "system":
+        sections = message.get("sections")
+        extra = [v for v in sections.values() if isinstance(v, str)] if isinstance(sections, dict) else ()
+        return _row(_content_text(content), extra, facts)
+    if role in ("branchSummary", "compactionSummary"):
+        return _row(_str(message.get("summary")), (), facts)
+    return _row(_content_text(content), (), facts)
+
+
+def _assistant(message: dict, content: Any) -> tuple:
+    # written for speed: this runs for every assistant message appended or imported
+    texts: list[str] = []
+    extra: list[str] = []
+    calls: list[dict[str, Any]] = []
+    if content.__class__ is list:
+        for block in content:
+            if block.__class__ is not dict:
+                continue
+            block_type = block.get("type")
+            if block_type == "text":
+                if (text := block.get("text")).__class__ is str:
+                    texts.append(text)
+            elif block_type == "thinking":
+                if (thinking := block.get("thinking")).__class__ is str:
+                    extra.append(thinking)
+            elif block_type == "toolCall":
+                call: dict[str, Any] = {}
+                _put_str(call, "id", block.get("id"))
+                _put_str(call, "name", block.get("name"))
+                arguments = block.get("arguments")
+                call["arguments"] = _clean_json(arguments)
+                calls.append(call)
+                if "name" in call:
+                    extra.append(call["name"])
+                _leaves(arguments, extra)
+    elif content.__class__ is str:
+        texts.append(content)
+    facts: dict[str, Any] = {}
+    if (stop := message.get("stopReason")).__class__ is str:
+        facts["stopReason"] = clean_text(stop)
+    if (error := message.get("errorMessage")).__class__ is str:
+        facts["errorMessage"] = clean_text(error)
+        extra.append(error)
+    if calls:
+        facts["toolCalls"] = calls
+    text = texts[0] if len(texts) == 1 else "\n".join(texts)
+    provider, model = message.get("provider"), message.get("model")
+    return _row(text, extra, facts, provider if provider.__class__ is str else "",
+                model if model.__class__ is str else "", _usage(message.get("usage"), facts))
+
+
+def _row(text: str, extra: Any, facts: dict, provider: str = "", model: str = "", usage: tuple = _NO_USAGE) -> tuple:
+    search = "\n".join([text, *extra]) if extra else text
+    if len(search) > SEARCH_TEXT_LIMIT:
+        search = search[:SEARCH_TEXT_LIMIT]
+    if len(search) != len(text):
+        facts["textChars"] = len(text)
+    return (clean_text(search), orjson.dumps(facts).decode() if facts else "{}",
+            clean_text(provider) if provider else "", clean_text(model) if model else "", *usage)
+
+
+def _content_text(content: Any) -> str:
+    """Text of a string or of the ``text`` blocks of a content array (joined by newlines)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        block["text"] for block in content
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+    )
+
+
+def _leaves(value: Any, out: list[str]) -> None:
+    """Append the string and number leaves of a JSON value (tool arguments) to ``out``."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _leaves(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _leaves(item, out)
+    elif _is_number(value):
+        out.append(repr(value))
+
+
+def _clean_json(value: Any) -> Any:
+    """A JSON value with every string (keys included) made storable, and integers beyond 64 bits
+    as the doubles JavaScript holds (orjson writes no others)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_json(v) for v in value]
+    if value.__class__ is int and not -_MAX_BIGINT - 1 <= value <= 2 * _MAX_BIGINT + 1:
+        return float(value)
+    return value
+
+
+def _usage(usage: Any, facts: dict) -> tuple:
+    """``has_usage`` and the numbers Pi's ``/session`` adds (token counts, ``cost.total``); the
+    reported ``totalTokens`` goes to ``facts``."""
+    if usage.__class__ is not dict:
+        return _NO_USAGE
+    get = usage.get
+    _put_tokens(facts, "totalTokens", get("totalTokens"))
+    cost = get("cost")
+    total = cost.get("total") if cost.__class__ is dict else None
+    if total.__class__ is not float:
+        total = float(total) if total.__class__ is int else 0.0
+    return (1, _tokens(get("input")), _tokens(get("output")), _tokens(get("cacheRead")), _tokens(get("cacheWrite")),
+            total if math.isfinite(total) else 0.0)
+
+
+def _tokens(value: Any) -> int:
+    """An integral count that fits a BIGINT, else 0."""
+    if value.__class__ is int:
+        return value if -_MAX_BIGINT <= value <= _MAX_BIGINT else 0
+    if value.__class__ is float and value.is_integer() and abs(value) <= _MAX_BIGINT:
+        return int(value)
+    return 0
+
+
+def _put_tokens(facts: dict, key: str, value: Any) -> None:
+    if _is_number(value):
+        facts[key] = _tokens(value)
+
+
+def _is_number(value: Any) -> bool:
+    return value.__class__ is int or value.__class__ is float
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _put_str(facts: dict, key: str, value: Any) -> None:
+    if isinstance(value, str):
+        facts[key] = clean_text(value)
+
+
+def _put_number(facts: dict, key: str, value: Any) -> None:
+    if _is_number(value) and math.isfinite(value):
+        facts[key] = _clean_json(value)
+
+
+def _put_flag(facts: dict, key: str, value: Any) -> None:
+    if isinstance(value, bool):
+        facts[key] = int(value)

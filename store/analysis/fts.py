@@ -1,0 +1,158 @@
+"""The full-text index over ``entries.search_text`` (created by migration 0003) and search queries.
+
+SQLite: the FTS5 table ``entries_fts`` indexes the rows up to ``fts_watermark.indexed_pk``;
+:func:`sync` indexes the rows written since, in one statement, and every reader of the index
+(search, ``pi-store sql``) calls it first, so what it reads is current. PostgreSQL: a GIN index on
+``pi_search_vector(search_text)`` that PostgreSQL keeps current itself; nothing to do here.
+
+Queries are written like web searches: words (all must match), ``"a phrase"``, ``word*`` (prefix),
+``-word`` (exclude), ``OR`` between alternatives. Words are runs of letters and digits, as both
+indexes split text, so ``foo-bar`` searches the phrase ``foo bar``. :func:`parse_query` turns
+the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or a ``to_tsquery`` one
+with the same meaning.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, text
+
+from store.db.engine import is_sqlite, read_transaction, write_transaction
+from store.errors import StoreError
+
+WORD = re.compile(r"[^\W_]+")  # a word: a run of letters and digits
+_TOKEN = re.compile(r'(-?)"([^"]*)"?(\*?)|(\S+)')
+
+
+class BadQuery(StoreError):
+    """A search text that selects nothing by construction (no words, or only exclusions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A word or phrase (its words, in order); ``prefix``: the last word is a prefix."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+    excluded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Alternatives (OR) of conjunctions (AND) of terms."""
+
+    alternatives: tuple[tuple[Term, ...], ...]
+
+    def fts5(self) -> str:
+        """The FTS5 ``MATCH`` expression."""
+        groups = []
+        for terms in self.alternatives:
+            positive = " AND ".join(_fts5_term(t) for t in terms if not t.excluded)
+            negative = "".join(f" NOT {_fts5_term(t)}" for t in terms if t.excluded)
+            groups.append(f"({positive}{negative})")
+        return " OR ".join(groups)
+
+    def tsquery(self) -> str:
+        """The ``to_tsquery('simple', ...)`` text (words are letters and digits only: no quoting issues)."""
+        groups = []
+        for terms in self.alternatives:
+            groups.append("(" + " & ".join(("!" if t.excluded else "") + _ts_term(t) for t in terms) + ")")
+        return " | ".join(groups)
+
+
+def _fts5_term(term: Term) -> str:
+    return '"' + " ".join(term.words) + '"' + (" *" if term.prefix else "")
+
+
+def _ts_term(term: Term) -> str:
+    words = [f"'{w}'" for w in term.words]
+    if term.prefix:
+        words[-1] += ":*"
+    return "(" + " <-> ".join(words) + ")"
+
+
+def parse_query(query: str) -> Query:
+    """Parse a web-search-style query (see the module docstring); raises :class:`BadQuery`."""
+    alternatives: list[tuple[Term, ...]] = []
+    current: list[Term] = []
+    for match in _TOKEN.finditer(query):
+        negated, phrase, star, bare = match.groups()
+        if bare is not None:
+            if bare.upper() == "OR":
+                if current:
+                    alternatives.append(tuple(current))
+                current = []
+                continue
+            negated = "-" if bare.startswith("-") and len(bare) > 1 else ""
+            body = bare[1:] if negated else bare
+            star = "*" if body.endswith("*") else ""
+            phrase = body
+        words = tuple(w.lower() for w in WORD.findall(phrase))
+        if words:
+            current.append(Term(words, prefix=bool(star), excluded=bool(negated)))
+    if current:
+        alternatives.append(tuple(current))
+    if not alternatives:
+        raise BadQuery(f"nothing to search for in {query!r}: give at least one word")
+    for terms in alternatives:
+        if all(t.excluded for t in terms):
+            raise BadQuery(f"{query!r}: each alternative needs a word that is not excluded")
+    return Query(tuple(alternatives))
+
+
+# ------------------------------------------------------------------------------ index upkeep
+_PENDING = text("SELECT (SELECT coalesce(max(pk), 0) FROM entries) - indexed_pk FROM fts_watermark")
+
+
+def pending(conn: Connection) -> int:
+    """How far the SQLite index lags behind ``entries`` (in row keys; 0 when current)."""
+    if not is_sqlite(conn):
+        return 0
+    return max(conn.execute(_PENDING).scalar_one(), 0)
+
+
+def catch_up(conn: Connection) -> int:
+    """Index the rows written since the last catch-up (SQLite; inside the caller's write
+    transaction); returns how many rows with text were added."""
+    if not is_sqlite(conn):
+        return 0
+    watermark = conn.execute(text("SELECT indexed_pk FROM fts_watermark")).scalar_one()
+    top = conn.execute(text("SELECT coalesce(max(pk), 0) FROM entries")).scalar_one()
+    if top <= watermark:
+        return 0
+    added = conn.execute(text(
+        "INSERT INTO entries_fts (rowid, search_text) "
+        "SELECT pk, search_text FROM entries WHERE pk > :w AND pk <= :top AND search_text <> ''"
+    ), {"w": watermark, "top": top}).rowcount
+    conn.execute(text("UPDATE fts_watermark SET indexed_pk = :top"), {"top": top})
+    return added
+
+
+def clear(conn: Connection) -> None:
+    """Empty the SQLite index (the next catch-up indexes everything)."""
+    if is_sqlite(conn):
+        conn.execute(text("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')"))
+        conn.execute(text("UPDATE fts_watermark SET indexed_pk = 0"))
+
+
+def sync(engine: Engine) -> int:
+    """Bring the index up to date (a short write transaction, only when rows are pending)."""
+    if not is_sqlite(engine):
+        return 0
+    with read_transaction(engine) as conn:
+        if not pending(conn):
+            return 0
+    with write_transaction(engine) as conn:
+        return catch_up(conn)
+
+
+def rebuild(engine: Engine) -> int:
+    """Rebuild the index from ``search_text``; returns the number of indexed rows."""
+    with write_transaction(engine) as conn:
+        if is_sqlite(conn):
+            clear(conn)
+            return catch_up(conn)
+        conn.execute(text("REINDEX INDEX ix_entries_search_vector"))
+        return conn.execute(text("SELECT count(*) FROM entries WHERE search_text <> ''")).scalar_one()

@@ -1,0 +1,242 @@
+"""Full-text search over stored history: entry ids, snippets and where each hit stands.
+
+A hit's provenance, computed from the derived tree columns without reading any payload:
+
+``onPath`` / ``branch``
+    whether the entry is on the session's current root→leaf path (``"current"``) or only on a
+    branch that was left (``"abandoned"``).
+``compaction``
+    relative to the latest compaction on the current path: ``"before"`` (summarised away),
+    ``"kept"`` (before it, but in the range it keeps: from ``firstKeptEntryId`` on), ``"after"``
+    (the compaction itself or later); ``None`` when the path has no compaction. An abandoned
+    entry is ``"before"``/``"after"`` by file order.
+``edited``
+    ``"hidden"`` / ``"replaced"`` when the latest context edit on the current path (one that is
+    itself still in the context) targets the entry, else ``None``.
+
+Hits come newest first (by storage order), ``limit`` at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, bindparam, text
+
+from store.analysis import fts
+from store.db import queries
+from store.db.engine import is_sqlite, read_transaction
+from store.errors import SessionNotFound
+
+_SCAN = 200  # candidates read per round while filtering on provenance
+_SNIPPET_WORDS = 24
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    on_path: bool
+    compaction: str | None
+    edited: str | None
+
+    @property
+    def branch(self) -> str:
+        return "current" if self.on_path else "abandoned"
+
+    def to_json(self) -> dict:
+        return {"onPath": self.on_path, "branch": self.branch, "compaction": self.compaction, "edited": self.edited}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One matching entry."""
+
+    entry_id: str | None
+    session_id: str
+    seq: int
+    type: str | None
+    role: str | None
+    timestamp: str | None
+    snippet: str
+    provenance: Provenance
+
+    def to_json(self) -> dict:
+        return {
+            "entryId": self.entry_id, "sessionId": self.session_id, "seq": self.seq, "type": self.type,
+            "role": self.role, "timestamp": self.timestamp, "snippet": self.snippet,
+            "provenance": self.provenance.to_json(),
+        }
+
+
+def search(engine: Engine, query: str, *, session: str | None = None, role: str | None = None,
+           path_only: bool = False, limit: int = 20) -> list[SearchHit]:
+    """Entries whose text matches ``query`` (syntax: ``store.analysis.fts``), newest first.
+
+    ``session``: only this session id; ``role``: a message role (``user``, ``assistant``,
+    ``toolResult``, ...) or, for other entries, their type (``compaction``, ``branch_summary``,
+    ``custom_message``, ``label``, ...); ``path_only``: only entries on their session's current path.
+    """
+    parsed = fts.parse_query(query)
+    fts.sync(engine)
+    with read_transaction(engine) as conn:
+        session_pk = None
+        if session is not None:
+            row = queries.session_by_id(conn, session)
+            if row is None:
+                raise SessionNotFound(f"no session {session!r} in the store")
+            session_pk = row.pk
+        sqlite = is_sqlite(conn)
+        match = parsed.fts5() if sqlite else parsed.tsquery()
+        sessions: dict[int, _SessionPath] = {}
+        chosen: list[tuple[Row, Provenance]] = []
+        before = None
+        while len(chosen) < limit:
+            batch = _candidates(conn, sqlite, match, session_pk, role, before, _SCAN if path_only else limit)
+            for row in batch:
+                path = sessions.get(row.session_pk)
+                if path is None:
+                    path = sessions[row.session_pk] = _SessionPath.load(conn, row.session_pk)
+                provenance = path.provenance(row)
+                if provenance.on_path or not path_only:
+                    chosen.append((row, provenance))
+                    if len(chosen) == limit:
+                        break
+            if len(batch) < (_SCAN if path_only else limit):
+                break
+            before = batch[-1].pk
+        snippets = _snippets(conn, parsed, [row.pk for row, _ in chosen])
+    return [
+        SearchHit(row.entry_id, sessions[row.session_pk].session_id, row.seq, row.type, row.role, row.timestamp,
+                  snippets.get(row.pk, ""), provenance)
+        for row, provenance in chosen
+    ]
+
+
+_COLUMNS = "e.pk, e.session_pk, e.seq, e.entry_id, e.type, e.role, e.timestamp, e.depth"
+
+
+def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | None, role: str | None,
+                before: int | None, count: int) -> list[Row]:
+    """Up to ``count`` matching rows below key ``before``, newest first (payloads not read)."""
+    key = "f.rowid" if sqlite else "e.pk"  # FTS5 walks its index in rowid order: no sort
+    filters = []
+    if session_pk is not None:
+        filters.append("e.session_pk = :spk")
+    if role is not None:
+        filters.append("(e.role = :role OR (e.role IS NULL AND e.type = :role))")
+    if before is not None:
+        filters.append(f"{key} < :before")
+    where = "".join(f" AND {f}" for f in filters)
+    if sqlite:
+        source = "entries_fts AS f JOIN entries AS e ON e.pk = f.rowid WHERE entries_fts MATCH :q"
+    else:
+        source = ("entries AS e WHERE e.search_text <> '' "
+                  "AND pi_search_vector(e.search_text) @@ to_tsquery('simple', :q)")
+    stmt = text(f"SELECT {_COLUMNS} FROM {source}{where} ORDER BY {key} DESC LIMIT :n")
+    params = {"q": match, "spk": session_pk, "role": role, "before": before, "n": count}
+    return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
+
+
+def _snippets(conn: Connection, query: fts.Query, pks: list[int]) -> dict[int, str]:
+    """The hits' snippets, cut and marked here rather than by the engine, so that both engines
+    give the same text (PostgreSQL's ``ts_headline`` parses words differently from its index)."""
+    if not pks:
+        return {}
+    stmt = text("SELECT pk, search_text FROM entries WHERE pk IN :pks").bindparams(bindparam("pks", expanding=True))
+    return {pk: highlight(body, query) for pk, body in conn.execute(stmt, {"pks": pks})}
+
+
+def highlight(body: str, query: fts.Query, words: int = _SNIPPET_WORDS) -> str:
+    """About ``words`` words of ``body`` around the first matching one, matches in ``<mark>``."""
+    exact, prefixes = set(), []
+    for terms in query.alternatives:
+        for term in terms:
+            if not term.excluded:
+                exact.update(term.words[:-1] if term.prefix else term.words)
+                if term.prefix:
+                    prefixes.append(term.words[-1])
+    tokens = list(fts.WORD.finditer(body))
+
+    def matches(word: str) -> bool:
+        word = word.lower()
+        return word in exact or any(word.startswith(p) for p in prefixes)
+
+    first = next((i for i, t in enumerate(tokens) if matches(t.group())), 0)
+    start = max(0, min(first - words // 3, len(tokens) - words))
+    window = tokens[start:start + words]
+    if not window:
+        return body[:200]
+    out, position = [], window[0].start()
+    for token in window:
+        out.append(body[position:token.start()])
+        out.append(f"<mark>{token.group()}</mark>" if matches(token.group()) else token.group())
+        position = token.end()
+    head = "…" if start > 0 else body[:window[0].start()]
+    tail = "…" if start + words < len(tokens) else body[position:]
+    return head + "".join(out) + tail
+
+
+_SESSION = text("""
+SELECT s.session_id, s.leaf_seq, c.seq AS compaction_seq, c.depth AS compaction_depth,
+       c.facts ->> 'firstKeptEntryId' AS kept_id
+FROM sessions AS s
+LEFT JOIN entries AS leaf ON leaf.session_pk = s.pk AND leaf.seq = s.leaf_seq
+LEFT JOIN entries AS c ON c.session_pk = s.pk AND c.seq = leaf.compaction_seq
+WHERE s.pk = :spk
+""")
+_LAST_WITH_ID = text("SELECT seq, depth FROM entries WHERE session_pk = :spk AND entry_id = :id AND kind = 'entry' "
+                     "ORDER BY seq DESC LIMIT 1")
+_EDITS = text("SELECT target_id, seq, depth, facts ->> 'hides' AS hides FROM entries "
+              "WHERE session_pk = :spk AND type = 'context_edit' AND kind = 'entry' AND type <> 'message'")
+
+
+@dataclass(slots=True)
+class _SessionPath:
+    """What provenance needs of one session, read once per session (four index lookups): its
+    current path, the latest compaction on it, and its context edits."""
+
+    session_id: str
+    runs: list[tuple[int, int]]
+    compaction: tuple[int, int] | None = None  # (seq, depth) of the latest compaction on the path
+    kept_depth: int | None = None  # depth of its firstKeptEntryId row when that row is on the path before it
+    edits: dict[str, list[Any]] = field(default_factory=dict)  # target id -> context edits of the session
+
+    @classmethod
+    def load(cls, conn: Connection, session_pk: int) -> _SessionPath:
+        session = conn.execute(_SESSION, {"spk": session_pk}).one()
+        path = cls(session.session_id, queries.path_runs(conn, session_pk, session.leaf_seq))
+        if session.compaction_seq is not None:
+            path.compaction = (session.compaction_seq, session.compaction_depth)
+            kept = (conn.execute(_LAST_WITH_ID, {"spk": session_pk, "id": session.kept_id}).first()
+                    if session.kept_id is not None else None)
+            if kept is not None and path.contains(kept.seq) and kept.depth < session.compaction_depth:
+                path.kept_depth = kept.depth
+        for edit in conn.execute(_EDITS, {"spk": session_pk}):
+            path.edits.setdefault(edit.target_id, []).append(edit)
+        return path
+
+    def contains(self, seq: int) -> bool:
+        return any(first <= seq <= last for first, last in self.runs)
+
+    def stage(self, seq: int, depth: int | None, on_path: bool) -> str | None:
+        """``before`` / ``kept`` / ``after`` the latest compaction (see the module docstring)."""
+        if self.compaction is None:
+            return None
+        compaction_seq, compaction_depth = self.compaction
+        if not on_path or depth is None:
+            return "before" if seq < compaction_seq else "after"
+        if depth >= compaction_depth:
+            return "after"
+        return "kept" if self.kept_depth is not None and depth >= self.kept_depth else "before"
+
+    def provenance(self, row: Any) -> Provenance:
+        on_path = self.contains(row.seq)
+        return Provenance(on_path, self.stage(row.seq, row.depth, on_path), self._edit_of(row) if on_path else None)
+
+    def _edit_of(self, row: Any) -> str | None:
+        """The latest context edit on the path, itself still in the context, that targets ``row``."""
+        live = [e for e in self.edits.get(row.entry_id, ())
+                if self.contains(e.seq) and self.stage(e.seq, e.depth, True) in (None, "kept", "after")]
+        if not live:
+            return None
+        return "hidden" if int(max(live, key=lambda e: e.depth).hides) else "replaced"

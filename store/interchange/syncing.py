@@ -1,0 +1,151 @@
+"""Importing many files: paths given as files or folders (Pi's layout: ``DIR/--<cwd>--/*.jsonl``),
+and ``sync``, which does the same for a sessions folder again and again (``watch``).
+
+Every file is imported on its own (``store.interchange.importing.import_file``: one transaction
+each, idempotent, appends read incrementally), so an interrupted run resumes where it stopped:
+the files it finished are unchanged on the next run, the one it was in starts over. A file's
+failure — a conflict, a ``strict`` refusal, an unreadable file — is reported and the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import OperationalError
+
+from store.errors import StoreError
+from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
+from store.interchange.reading import StrictRefusal
+
+if TYPE_CHECKING:
+    from store.session_store import SessionStore
+
+LOCK_RETRIES = 20  # another process holding SQLite's write lock longer than its busy timeout
+SETTLE_SECONDS = 2.0  # a file ending in an unfinished line this recently is probably being written
+
+
+def session_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files to import: each file given, and every ``*.jsonl`` below each folder given
+    (sorted, each once)."""
+    found: dict[str, Path] = {}
+    for path in map(Path, paths):
+        if path.is_dir():
+            for file in sorted(path.rglob("*.jsonl")):
+                if file.is_file():
+                    found.setdefault(os.path.realpath(file), file)
+        else:
+            found.setdefault(os.path.realpath(path), path)
+    return list(found.values())
+
+
+@dataclass(slots=True)
+class Summary:
+    """Totals of a run of imports."""
+
+    files: int = 0
+    sessions: set[str] = field(default_factory=set)  # stored or extended by this run
+    statuses: dict[str, int] = field(default_factory=dict)
+    lines: int = 0
+    entries: int = 0
+    bytes: int = 0
+    warnings: int = 0
+    seconds: float = 0.0
+
+    def add(self, report: ImportReport) -> None:
+        self.files += 1
+        self.statuses[report.status] = self.statuses.get(report.status, 0) + 1
+        if report.imported and report.session_id is not None:
+            self.sessions.add(report.session_id)
+        self.lines += report.lines
+        self.entries += report.entries
+        self.bytes += report.bytes
+        self.warnings += report.warning_count
+
+    @property
+    def failed(self) -> int:
+        return sum(self.statuses.get(status, 0) for status in (CONFLICT, REFUSED, FAILED))
+
+    def to_json(self) -> dict:
+        return {"files": self.files, "sessions": len(self.sessions), "statuses": self.statuses, "lines": self.lines,
+                "entries": self.entries, "bytes": self.bytes, "warnings": self.warnings, "failed": self.failed,
+                "seconds": round(self.seconds, 3)}
+
+    def render(self) -> str:
+        statuses = ", ".join(f"{count} {status}" for status, count in sorted(self.statuses.items()))
+        rate = f", {self.bytes / 1e6 / self.seconds:.1f} MB/s" if self.seconds > 0 and self.bytes else ""
+        return (f"{self.files} file{'s' * (self.files != 1)} ({statuses or 'none'}): {len(self.sessions)} "
+                f"session{'s' * (len(self.sessions) != 1)} stored, {self.entries} entries, {self.bytes} bytes read, "
+                f"{self.warnings} warning{'s' * (self.warnings != 1)} in {self.seconds:.1f} s{rate}")
+
+
+def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
+               progress: Callable[[int], None] | None = None, settle: float | None = None) -> ImportReport:
+    """:func:`import_file` that reports failures instead of raising them. ``settle``: a file
+    that does not end with a newline and changed less than that many seconds ago is left for
+    later (``busy``): Pi is probably writing its last line."""
+    try:
+        if settle is not None and _being_written(path, settle):
+            return ImportReport(str(path), None, BUSY, error="the file is being written (no final newline yet)")
+        attempt = 1
+        while True:
+            try:
+                return import_file(store, path, strict=strict, replace=replace, progress=progress)
+            except OperationalError as exc:  # SQLite: another writer held the lock past the busy timeout
+                if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES:
+                    raise
+                attempt += 1
+    except ImportConflict as exc:
+        return ImportReport(str(path), exc.session_id, CONFLICT, error=str(exc))
+    except StrictRefusal as exc:
+        return ImportReport(str(path), None, REFUSED, error=str(exc))
+    except (StoreError, OSError, OperationalError) as exc:
+        return ImportReport(str(path), None, FAILED, error=str(exc))
+
+
+def _being_written(path: Path, settle: float) -> bool:
+    info = path.stat()
+    if info.st_size == 0 or time.time() - info.st_mtime > settle:
+        return False
+    with path.open("rb") as stream:
+        stream.seek(info.st_size - 1)
+        return stream.read(1) != b"\n"
+
+
+def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, strict: bool = False,
+                 replace: bool = False, on_file: Callable[[int, Path], None] | None = None,
+                 progress: Callable[[int], None] | None = None,
+                 settle: float | None = None) -> Iterator[ImportReport]:
+    """Import every file of :func:`session_files`, one report each. ``on_file(i, path)`` is
+    called before each; ``progress`` gets the bytes read."""
+    for index, path in enumerate(session_files(paths)):
+        if on_file is not None:
+            on_file(index, path)
+        yield import_one(store, path, strict=strict, replace=replace, progress=progress, settle=settle)
+
+
+def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,
+          replace: bool = False, on_report: Callable[[ImportReport], None],
+          stop: Callable[[], bool] = lambda: False) -> None:
+    """Follow a live sessions folder: import every file now, then each file whose size or
+    modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
+    process is interrupted)."""
+    seen: dict[str, tuple[int, int]] = {}
+    while not stop():
+        for path in session_files([folder]):
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            key, signature = os.path.realpath(path), (info.st_size, info.st_mtime_ns)
+            if seen.get(key) == signature:
+                continue
+            report = import_one(store, path, strict=strict, replace=replace, settle=SETTLE_SECONDS)
+            if report.status != BUSY:  # a busy file is looked at again next round
+                seen[key] = signature
+            on_report(report)
+        time.sleep(interval)

@@ -1,0 +1,95 @@
+"""Migration 0003 on a database that already holds sessions, and the index commands: what was
+stored before the analysis columns existed is computed on upgrade, and rebuilding changes nothing
+a search sees."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from alembic import command
+from sqlalchemy import text
+
+from store.analysis import fts
+from store.analysis.backfill import recompute_analysis
+from store.db.engine import alembic_config, is_sqlite, make_engine, read_transaction, write_transaction
+from store.session_store import SessionStore
+from tests.oracle_support import FIXTURES
+
+FILES = [FIXTURES / "sessions" / name for name in ("small-seed1-0.jsonl", "medium-seed2-0.jsonl", "legacy-v1.jsonl")]
+SNAPSHOT = ("SELECT session_id, entry_id, seq, role, text, cost, on_path FROM messages "
+            "ORDER BY session_id, seq")
+
+
+def snapshot(store: SessionStore) -> tuple:
+    with read_transaction(store.engine) as conn:
+        messages = [tuple(r) for r in conn.execute(text(SNAPSHOT))]
+        calls = conn.execute(text("SELECT count(*), sum(result_chars) FROM tool_calls")).one()
+    stats = store.stats()
+    return messages, tuple(calls), stats.tokens, round(stats.cost, 9), [h.entry_id for h in store.search("the")]
+
+
+def test_upgrade_computes_the_analysis_of_stored_rows(db_url: str) -> None:
+    with SessionStore.connect(db_url) as store:
+        for path in FILES:
+            store.import_file(path)
+        before = snapshot(store)
+    engine = make_engine(db_url)
+    config = alembic_config(engine)
+    command.downgrade(config, "0002")  # the rows stay, their analysis columns go
+    command.upgrade(config, "head")
+    engine.dispose()
+    with SessionStore.connect(db_url) as store:
+        assert snapshot(store) == before
+        assert before[0] and before[4]
+
+
+def test_rebuild_and_recompute_keep_answers(store: SessionStore) -> None:
+    for path in FILES:
+        store.import_file(path)
+    before = snapshot(store)
+    assert fts.rebuild(store.engine) > 100
+    assert snapshot(store) == before
+    with write_transaction(store.engine) as conn:
+        assert recompute_analysis(conn) > 100
+    assert snapshot(store) == before
+
+
+def test_sqlite_index_catches_up_and_forgets_deleted_rows(tmp_path) -> None:
+    with SessionStore.connect(f"sqlite:///{tmp_path / 'fts.db'}") as store:
+        store.import_file(FILES[0])
+        with read_transaction(store.engine) as conn:
+            assert fts.pending(conn) > 0  # imported, not indexed yet
+        assert fts.sync(store.engine) > 10
+        assert fts.sync(store.engine) == 0
+        sm = store.create("/w")
+        sm.append_message({"role": "user", "content": "unique marmot words", "timestamp": 1})
+        with read_transaction(store.engine) as conn:
+            assert fts.pending(conn) > 0
+        assert [h.entry_id for h in store.search("marmot")]
+        doomed = sm.get_session_id()
+        with write_transaction(store.engine) as conn:  # delete the newest session by hand
+            conn.execute(text("DELETE FROM sessions WHERE session_id = :s"), {"s": doomed})
+            assert conn.execute(text("SELECT indexed_pk FROM fts_watermark")).scalar() == conn.execute(
+                text("SELECT max(pk) FROM entries")).scalar()  # lowered to the rows that remain
+        assert store.search("marmot") == []
+        again = store.create("/w")  # takes the keys the deleted rows had
+        fresh = again.append_message({"role": "user", "content": "marmot again", "timestamp": 2})
+        assert [h.entry_id for h in store.search("marmot")] == [fresh]
+        with write_transaction(store.engine) as conn:  # raises when the index disagrees with search_text
+            conn.execute(text("INSERT INTO entries_fts (entries_fts, rank) VALUES ('integrity-check', 1)"))
+
+
+def test_cli_fts_commands(store: SessionStore, db_url: str) -> None:
+    store.import_file(FILES[0])
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "fts", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    synced = cli("sync")
+    assert synced.returncode == 0 and synced.stdout.startswith("indexed ")
+    rebuilt = cli("rebuild", "--recompute")
+    assert rebuilt.returncode == 0 and "recomputed" in rebuilt.stdout and "indexed" in rebuilt.stdout
+    if is_sqlite(store.engine):
+        assert int(synced.stdout.split()[1]) > 0

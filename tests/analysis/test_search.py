@@ -1,0 +1,177 @@
+"""Full-text search on both engines: every kind of content, filters, provenance after branching,
+compaction and context edits, the query syntax, and updates right after an append."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from store.analysis.fts import BadQuery, parse_query
+from store.analysis.search import SearchHit
+from store.session_store import SessionStore
+
+USAGE = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+         "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0, "cacheWrite": 0, "total": 0.3}}
+
+
+def assistant(text: str, *blocks: dict) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}, *blocks], "api": "x",
+            "provider": "anthropic", "model": "claude-test", "usage": USAGE, "stopReason": "stop", "timestamp": 1}
+
+
+def build(store: SessionStore) -> tuple[str, dict[str, str]]:
+    """A session with every kind of searchable content, a branch left behind, a compaction and
+    context edits; returns its id and the entry id of each marker word."""
+    sm = store.create("/work/search")
+    ids: dict[str, str] = {}
+    ids["zebra"] = sm.append_message({"role": "user", "content": "first question about zebra", "timestamp": 1})
+    ids["yak"] = sm.append_message(assistant(
+        "an answer with yak", {"type": "thinking", "thinking": "pondering quokka"},
+        {"type": "toolCall", "id": "call-1", "name": "read", "arguments": {"path": "/src/platypus.py"}},
+    ))
+    ids["wombat"] = sm.append_message({"role": "toolResult", "toolCallId": "call-1", "toolName": "read",
+                                       "content": [{"type": "text", "text": "file content wombat"}],
+                                       "isError": False, "timestamp": 2})
+    ids["narwhal"] = sm.append_message({"role": "user", "content": "second question narwhal", "timestamp": 3})
+    ids["ocelot"] = sm.append_message(assistant("reply about ocelot"))
+    sm.branch(ids["yak"])
+    ids["walrus"] = sm.append_message({"role": "user", "content": "abandoned walrus", "timestamp": 4})
+    sm.branch(ids["ocelot"])
+    ids["capybara"] = sm.append_message({"role": "user", "content": "kept capybara", "timestamp": 5})
+    ids["meerkat"] = sm.append_custom_message_entry("ext", "injected meerkat", True)
+    ids["iguana"] = sm.append_message({"role": "bashExecution", "command": "ls iguana", "output": "file jackal",
+                                       "exitCode": 0, "cancelled": False, "truncated": False, "timestamp": 6})
+    ids["armadillo"] = sm.append_compaction("summary of armadillo", ids["narwhal"], 1234)
+    sm.append_context_edit(ids["ocelot"], None)
+    ids["gazelle"] = sm.append_context_edit(ids["narwhal"], {"content": "replaced by gazelle"})
+    sm.append_label_change(ids["zebra"], "bookmark heron")
+    sm.append_session_info("session named koala")
+    ids["okapi"] = sm.append_message({"role": "user", "content": "after the compaction okapi", "timestamp": 7})
+    ids["jackal"] = ids["iguana"]
+    ids["quokka"] = ids["platypus"] = ids["yak"]
+    return sm.get_session_id(), ids
+
+
+def only(hits: list[SearchHit]) -> SearchHit:
+    assert len(hits) == 1, [(h.entry_id, h.snippet) for h in hits]
+    return hits[0]
+
+
+def test_every_kind_of_content_is_found(store: SessionStore) -> None:
+    session_id, ids = build(store)
+    for word in ("zebra", "yak", "quokka", "platypus", "wombat", "narwhal", "ocelot", "walrus", "capybara",
+                 "meerkat", "iguana", "jackal", "armadillo", "gazelle", "okapi"):
+        hit = only(store.search(word))
+        assert (hit.entry_id, hit.session_id) == (ids[word], session_id), word
+        assert f"<mark>{word}</mark>" in hit.snippet.lower(), hit.snippet
+    assert only(store.search("heron")).type == "label"
+    assert only(store.search("koala")).type == "session_info"
+    hit = only(store.search("wombat"))
+    assert (hit.role, hit.type) == ("toolResult", "message") and hit.timestamp
+
+
+def test_provenance_after_branching_compaction_and_context_edits(store: SessionStore) -> None:
+    build(store)
+
+    def where(word: str) -> tuple[str, str | None, str | None]:
+        p = only(store.search(word)).provenance
+        return p.branch, p.compaction, p.edited
+
+    assert where("zebra") == ("current", "before", None)  # summarised away
+    assert where("narwhal") == ("current", "kept", "replaced")  # first kept entry, then replaced
+    assert where("ocelot") == ("current", "kept", "hidden")
+    assert where("capybara") == ("current", "kept", None)
+    assert where("walrus") == ("abandoned", "before", None)
+    assert where("armadillo") == ("current", "after", None)  # the compaction itself
+    assert where("gazelle") == ("current", "after", None)
+    assert where("okapi") == ("current", "after", None)
+    assert only(store.search("walrus")).provenance.to_json() == {
+        "onPath": False, "branch": "abandoned", "compaction": "before", "edited": None}
+
+
+def test_filters(store: SessionStore) -> None:
+    session_id, ids = build(store)
+    other = store.create("/elsewhere")
+    other_id = other.append_message({"role": "user", "content": "zebra elsewhere", "timestamp": 1})
+    assert {h.entry_id for h in store.search("zebra")} == {ids["zebra"], other_id}
+    assert [h.entry_id for h in store.search("zebra", session=session_id)] == [ids["zebra"]]
+    assert [h.entry_id for h in store.search("question", role="user")] == [ids["narwhal"], ids["zebra"]]
+    assert store.search("question", role="assistant") == []
+    assert [h.entry_id for h in store.search("armadillo", role="compaction")] == [ids["armadillo"]]
+    assert store.search("walrus", path_only=True) == []
+    assert [h.entry_id for h in store.search("question", path_only=True)] == [ids["narwhal"], ids["zebra"]]
+    assert len(store.search("question", limit=1)) == 1
+
+
+def test_path_only_reads_past_a_page_of_abandoned_hits(store: SessionStore) -> None:
+    sm = store.create("/w")
+    keep = sm.append_message({"role": "user", "content": "needle on the path", "timestamp": 1})
+    with sm.batch():
+        for i in range(250):  # more abandoned hits than one round of candidates
+            sm.branch(keep)
+            sm.append_message({"role": "user", "content": f"needle abandoned {i}", "timestamp": 2})
+        sm.branch(keep)
+        last = sm.append_message({"role": "user", "content": "the end", "timestamp": 3})
+    assert sm.get_leaf_id() == last
+    assert [h.entry_id for h in store.search("needle", path_only=True)] == [keep]
+    assert len(store.search("needle", limit=300)) == 251
+
+
+def test_query_syntax(store: SessionStore) -> None:
+    _, ids = build(store)
+    assert only(store.search('"second question"')).entry_id == ids["narwhal"]
+    assert store.search('"question second"') == []
+    assert only(store.search("narwh*")).entry_id == ids["narwhal"]
+    assert [h.entry_id for h in store.search("question -zebra")] == [ids["narwhal"]]
+    assert {h.entry_id for h in store.search("zebra OR okapi")} == {ids["zebra"], ids["okapi"]}
+    assert only(store.search("/src/platypus.py")).entry_id == ids["yak"]  # path parts, on both engines
+    assert only(store.search("ZEBRA")).entry_id == ids["zebra"]
+    for bad in ("", "   ", "-zebra", "!!!"):
+        with pytest.raises(BadQuery):
+            store.search(bad)
+
+
+def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
+    query = parse_query('alpha "beta gamma" delt* -epsilon OR zeta-eta')
+    assert query.fts5() == '("alpha" AND "beta gamma" AND "delt" * NOT "epsilon") OR ("zeta eta")'
+    assert query.tsquery() == "(('alpha') & ('beta' <-> 'gamma') & ('delt':*) & !('epsilon')) | (('zeta' <-> 'eta'))"
+
+
+def test_an_append_is_found_at_once(store: SessionStore) -> None:
+    session_id, _ = build(store)
+    assert store.search("tapir") == []
+    sm = store.open(session_id)
+    fresh = sm.append_message({"role": "user", "content": "a fresh tapir", "timestamp": 9})
+    assert only(store.search("tapir")).entry_id == fresh
+    imported_text = {"type": "message", "id": "cafe0001", "parentId": None, "timestamp": "2026-01-01T00:00:00.000Z",
+                     "message": {"role": "user", "content": "imported gerenuk", "timestamp": 1}}
+    other = store.session_from_entries(
+        {"type": "session", "version": 3, "id": "imported-1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/i"},
+        [imported_text], persist=True)
+    assert only(store.search("gerenuk")).entry_id == "cafe0001" and other.get_session_id() == "imported-1"
+
+
+def test_unknown_session_is_an_error(store: SessionStore) -> None:
+    from store.errors import SessionNotFound
+
+    with pytest.raises(SessionNotFound):
+        store.search("x", session="nope")
+
+
+def test_cli_search_json(store: SessionStore, db_url: str) -> None:
+    _, ids = build(store)
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "search", "wombat", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [hit] = json.loads(done.stdout)
+    assert hit["entryId"] == ids["wombat"] and hit["provenance"]["branch"] == "current"
+    assert set(hit) == {"entryId", "sessionId", "seq", "type", "role", "timestamp", "snippet", "provenance"}
+    text = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "search", "walrus", "--path-only"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and text.stdout == ""
+    bad = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "search", "-"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "nothing to search" in bad.stderr

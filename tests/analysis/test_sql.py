@@ -1,0 +1,164 @@
+"""``pi-store sql`` and the documented queries: every query of ``docs/sql.md`` runs on both engines
+over real history, the two engines give the same rows, and the connection cannot write."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from store.analysis.readonly import QueryFailed, ResultSet, run_sql, to_csv, to_rows_json, to_table
+from store.errors import StoreError
+from store.session_store import SessionStore
+from tests.analysis.conftest import History, history_files
+from tests.conftest import PG_URL
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
+
+
+def documented_queries() -> list[tuple[str, str]]:
+    """``(title, sql)`` of each block under "## Ten queries"."""
+    section = DOC.read_text("utf-8").split("## Ten queries", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"### (.+?)\n.*?```sql\n(.*?)```", section, flags=re.S)
+
+
+QUERIES = documented_queries()
+
+
+def test_the_doc_has_ten_queries() -> None:
+    assert len(QUERIES) == 10
+
+
+@pytest.mark.parametrize("title, sql", QUERIES, ids=[t.split(".")[0] for t, _ in QUERIES])
+def test_documented_query_runs(history: History, title: str, sql: str) -> None:
+    result = run_sql(history.store.engine, sql)
+    assert result.columns and result.rows, title
+
+
+def test_documented_answers_match_the_store(history: History) -> None:
+    by_title = dict(QUERIES)
+    expensive = run_sql(history.store.engine, by_title["2. The most expensive sessions"])
+    top = max(history.files, key=lambda sid: history.store.stats(sid).cost)
+    assert expensive.rows[0][0] == top
+    tools = to_rows_json(run_sql(history.store.engine, by_title["4. Tools that fail most"]))
+    failures = run_sql(history.store.engine, "SELECT count(*) FROM tool_calls WHERE is_error = 1").rows[0][0]
+    assert sum(row["failures"] for row in tools) <= failures and tools[0]["failures"] > 0
+
+
+def _doubles(value: Any) -> Any:
+    """A JSON value with its numbers as doubles (as JavaScript reads them; -0 is 0)."""
+    if isinstance(value, dict):
+        return {k: _doubles(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_doubles(v) for v in value]
+    return float(value) + 0.0 if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) else value
+
+
+def _normal(value: Any) -> Any:
+    """A cell as meaning: numbers as rounded doubles, JSON (jsonb on PostgreSQL, text on SQLite)
+    with sorted keys and double numbers."""
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, float):
+        return round(value, 9) if math.isfinite(value) else value
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(_doubles(value), sort_keys=True)
+    return value
+
+
+VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels")
+
+
+def test_both_engines_give_the_same_rows(tmp_path: Path) -> None:
+    """The same files imported into SQLite and PostgreSQL: every view, row for row."""
+    files = [p for p in history_files() if p.stat().st_size < 600_000][:40]
+    name = f"pi_store_agree_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}")
+    try:
+        urls = [f"sqlite:///{tmp_path / 'agree.db'}", make_url(PG_URL).set(database=name).render_as_string(False)]
+        results: list[dict[str, list]] = []
+        for url in urls:
+            with SessionStore.connect(url) as store:
+                for path in files:
+                    try:
+                        store.import_file(path)
+                    except StoreError:  # a second file for a session id: refused on both engines
+                        continue
+                views = {}
+                for view in VIEWS:
+                    result = run_sql(store.engine, f"SELECT * FROM {view}")
+                    keep = [i for i, c in enumerate(result.columns) if c != "session_pk"]
+                    views[view] = sorted((tuple(_normal(row[i]) for i in keep) for row in result.rows), key=repr)
+                results.append(views)
+        for view in VIEWS:
+            assert results[0][view] == results[1][view], view
+            assert results[0][view], view
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_the_connection_is_read_only(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_message({"role": "user", "content": "hello", "timestamp": 1})
+    for statement in ("DELETE FROM entries", "UPDATE sessions SET name = 'x'", "CREATE TABLE t (a INTEGER)",
+                      "INSERT INTO sessions (session_id) VALUES ('x')"):
+        with pytest.raises(QueryFailed):
+            run_sql(store.engine, statement)
+    assert run_sql(store.engine, "SELECT count(*) AS n FROM entries WHERE kind = 'entry'").rows == [(1,)]
+    assert store.list_all()[0].message_count == 1
+    with pytest.raises(QueryFailed):
+        run_sql(store.engine, "SELECT * FROM no_such_view")
+
+
+def test_formats() -> None:
+    result = ResultSet(["n", "name", "data", "missing"],
+                       [(1, "a,b", {"k": [1, 2]}, None), (Decimal("2.5"), "é\nx", [], None)])
+    assert to_rows_json(result) == [{"n": 1, "name": "a,b", "data": {"k": [1, 2]}, "missing": None},
+                                    {"n": 2.5, "name": "é\nx", "data": [], "missing": None}]
+    assert list(csv.reader(io.StringIO(to_csv(result)))) == [
+        ["n", "name", "data", "missing"], ["1", "a,b", '{"k":[1,2]}', ""], ["2.5", "é\nx", "[]", ""]]
+    table = to_table(result).splitlines()
+    assert table[0].split(" | ")[0].strip() == "n" and table[-1] == "(2 rows)" and "é x" in table[3]
+
+
+def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> None:
+    sm = store.create("/w")
+    for i in range(3):
+        sm.append_message({"role": "user", "content": f"m{i}", "timestamp": i})
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    done = cli("sql", "SELECT count(*) AS n FROM messages")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"\d+", done.stdout).group() == "3"
+    assert json.loads(cli("sql", "--json", "SELECT role, count(*) AS n FROM messages GROUP BY role").stdout) == [
+        {"role": "user", "n": 3}]
+    assert cli("sql", "--csv", "SELECT 1 AS a").stdout == "a\n1\n"
+    refused = cli("sql", "DELETE FROM entries")
+    assert refused.returncode == 1 and "Error" in refused.stderr

@@ -1,0 +1,248 @@
+"""Sync semantics: unchanged files are skipped, grown files are read from the stored offset (and
+the lines they add correct earlier rows), other changes are conflicts unless ``replace``; real
+processes: a ``kill -9`` mid-file then a resume, two concurrent syncs, ``--watch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from store.db.engine import read_transaction
+from store.db.schema import entries
+from store.interchange.importing import ImportConflict, import_file
+from store.interchange.syncing import import_paths
+from store.session_store import SessionStore
+from tests.interchange.test_oddities import HEADER, entry
+from tests.interchange.test_round_trip import table_rows
+from tests.oracle_support import load_fixture_cases
+
+FIXTURES = {c.name: c.source_path for c in load_fixture_cases() if c.kind != "corpus"}
+GROWN = ["small-seed1-0", "small-seed2-0", "medium-seed1-0", "edge-duplicate-ids", "edge-dup-id-tree-cycle",
+         "edge-parent-cycle", "edge-self-parent", "edge-missing-parent", "edge-two-headers",
+         "edge-non-object-lines-truthy", "edge-malformed-middle", "edge-crlf"]
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def cli(db: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "store.cli", "--db", db, *args]
+
+
+@pytest.mark.parametrize("name", GROWN)
+def test_a_grown_file_is_read_from_the_stored_offset(tmp_path: Path, name: str) -> None:
+    """Import the first k lines, let the file grow to all of them: the store then equals a
+    store that imported the whole file at once (rows, derived columns, session row)."""
+    full = lines_of(FIXTURES[name])
+    with SessionStore.connect(f"sqlite:///{tmp_path / 'whole.db'}") as whole:
+        import_file(whole, FIXTURES[name])
+        expected = table_rows(whole)
+    for k in sorted({1, 2, len(full) // 2, len(full) - 1}):
+        path = tmp_path / f"{name}-{k}.jsonl"
+        path.write_bytes(b"".join(full[:k]))
+        with SessionStore.connect(f"sqlite:///{tmp_path / f'grown{k}.db'}") as store:
+            first = import_file(store, path)
+            path.write_bytes(b"".join(full))
+            grown = import_file(store, path)
+            assert first.status == "imported" and grown.status == "appended", k
+            assert grown.bytes == len(b"".join(full[k:])) and grown.lines == len(full) - k
+            assert table_rows(store) == expected, (name, k)
+            assert b"".join(store.iter_export(grown.session_id)) == b"".join(full)
+            assert import_file(store, path).status == "unchanged"
+
+
+def test_appended_duplicate_ids_correct_earlier_rows(store: SessionStore, tmp_path: Path) -> None:
+    """a <- b <- c stored; the file then gets a second "aaaaaaaa" (under c) and d under it: Pi's
+    lookup of a now ends at the new row, so b hangs below it — a cycle b -> a' -> c -> b, cut at
+    b — and the first a is superseded."""
+    path = tmp_path / "s.jsonl"
+    stored = HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n" + entry("bbbbbbbb", "aaaaaaaa") + b"\n" + \
+        entry("cccccccc", "bbbbbbbb") + b"\n"
+    path.write_bytes(stored)
+    import_file(store, path)
+    sm = store.open(json.loads(HEADER)["id"])
+    assert sm.get_branch_ids() == ["aaaaaaaa", "bbbbbbbb", "cccccccc"]
+    path.write_bytes(stored + entry("aaaaaaaa", "cccccccc") + b"\n" + entry("dddddddd", "aaaaaaaa") + b"\n")
+    report = import_file(store, path)
+    assert report.status == "appended" and report.lines == 2
+    assert any(":2: duplicate id 'aaaaaaaa'" in w for w in report.warnings)
+    assert any(":3: parent cycle through 3 entries" in w for w in report.warnings)
+    sm = store.open(json.loads(HEADER)["id"])
+    assert sm.get_leaf_id() == "dddddddd"
+    assert sm.get_branch_ids() == ["bbbbbbbb", "cccccccc", "aaaaaaaa", "dddddddd"]
+    assert [e["id"] for e in sm.get_children("aaaaaaaa")] == ["bbbbbbbb", "dddddddd"]  # by parentId text, as Pi
+    with SessionStore.connect(f"sqlite:///{tmp_path / 'whole.db'}") as whole:
+        import_file(whole, path)
+        assert interchange_rows(store) == interchange_rows(whole)  # as if the file had been imported whole
+
+
+def interchange_rows(store: SessionStore) -> list[tuple]:
+    """The stored lines and their derived tree columns, comparable across engines."""
+    c = entries.c
+    with read_transaction(store.engine) as conn:
+        return [tuple(int(v) if isinstance(v, bool) else v for v in row) for row in conn.execute(
+            select(c.seq, c.kind, c.entry_id, c.parent_id, c.line, c.raw, c.eol, c.parent_seq, c.depth, c.run_start,
+                   c.compaction_seq, c.thinking_seq, c.model_seq, c.superseded).order_by(c.seq))]
+
+
+def test_changes_that_are_not_appends(store: SessionStore, tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    original = FIXTURES["small-seed3-0"].read_bytes()
+    path.write_bytes(original)
+    first = import_file(store, path)
+    edited = original.replace(b'"role":"user"', b'"role":"USER"', 1)
+    for changed, words in ((edited, "differ from the"), (original[: len(original) // 2] + b"x\n", "fewer than")):
+        path.write_bytes(changed)
+        with pytest.raises(ImportConflict, match=words):
+            import_file(store, path)
+        assert b"".join(store.iter_export(first.session_id)) == original  # nothing changed
+    path.write_bytes(original[: len(original) // 3])  # an older copy: the store holds all of it
+    assert import_file(store, path).status == "unchanged"
+    path.write_bytes(edited)
+    replaced = import_file(store, path, replace=True)
+    assert replaced.status == "replaced" and replaced.revision == 3
+    assert b"".join(store.iter_export(first.session_id)) == edited
+    assert len(store.list_all()) == 1
+
+
+def test_a_file_pi_migrated_is_a_conflict(store: SessionStore, tmp_path: Path) -> None:
+    case = next(c for c in load_fixture_cases(("legacy",)) if c.name == "legacy-v1")
+    path = tmp_path / "v1.jsonl"
+    path.write_bytes(case.source_path.read_bytes())
+    import_file(store, path)
+    path.write_text(case.describe["fileAfterOpen"]["content"], encoding="utf-8")  # Pi's rewrite on open
+    with pytest.raises(ImportConflict, match="Pi migrates a v1 file to v3"):
+        import_file(store, path)
+
+
+def test_an_unfinished_last_line_is_stored_again_whole(store: SessionStore, tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    data = FIXTURES["small-seed4-0"].read_bytes()
+    cut = data.rindex(b"\n", 0, len(data) - 1) + 20  # in the middle of the last line
+    path.write_bytes(data[:cut])
+    first = import_file(store, path)
+    assert any("no newline at the end" in w for w in first.warnings)
+    path.write_bytes(data)
+    assert import_file(store, path).status == "rebuilt"
+    assert b"".join(store.iter_export(first.session_id)) == data
+    assert store.open(first.session_id).get_leaf_id() == json.loads(data.splitlines()[-1])["id"]
+
+
+def test_sync_folder_is_idempotent_and_counts(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    for name in ("small-seed5-0", "small-seed6-0", "edge-empty"):
+        target = folder / "--w--" / f"{name}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(FIXTURES[name].read_bytes())
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        assert [r.status for r in store.import_path(folder)] == ["imported"] * 3
+        assert [r.status for r in import_paths(store, [folder, folder / "--w--" / "edge-empty.jsonl"])] == [
+            "unchanged"] * 3  # each file once
+
+
+# ---------------------------------------------------------------------------------------------
+# real processes
+
+
+def _big_session(path: Path, entries: int) -> None:
+    """A linear session of ~1 KB entries (the kill test needs a file that takes a while)."""
+    with path.open("wb") as out:
+        out.write(HEADER.replace(b"0000000a", b"0000000b") + b"\n")
+        parent = None
+        for index in range(entries):
+            entry_id = f"{index:08x}"
+            out.write(entry(entry_id, parent, message={"role": "user", "content": "x" * 1000,
+                                                       "timestamp": index}) + b"\n")
+            parent = entry_id
+
+
+def test_kill_9_mid_file_then_resume(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes(FIXTURES["small-seed7-0"].read_bytes())
+    _big_session(folder / "b.jsonl", 6000)
+    (folder / "c.jsonl").write_bytes(FIXTURES["small-seed8-0"].read_bytes())
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    size = (folder / "b.jsonl").stat().st_size
+    sync = subprocess.Popen(cli(db, "sync", str(tmp_path / "sessions"), "--json", "--progress", "json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed_at = None
+    before_b = (folder / "a.jsonl").stat().st_size  # progress counts the bytes of all files
+    assert sync.stderr is not None
+    for line in sync.stderr:
+        event = json.loads(line).get("progress", {}) if line.startswith("{") else {}
+        if event.get("path", "").endswith("b.jsonl") and 0 < event["bytes"] - before_b < size // 2:
+            os.kill(sync.pid, signal.SIGKILL)  # b is half read: its rows so far are in an open transaction
+            killed_at = event["bytes"] - before_b
+            break
+    sync.wait(timeout=60)
+    assert killed_at is not None and sync.returncode == -signal.SIGKILL
+    with SessionStore.connect(db) as store:  # nothing of b (nor c): a alone, whole
+        assert [s.id for s in store.list_all()] == [json.loads(lines_of(folder / "a.jsonl")[0])["id"]]
+    resumed = subprocess.run(cli(db, "sync", str(tmp_path / "sessions"), "--json"), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    *files, summary = map(json.loads, resumed.stdout.splitlines())
+    assert [f["status"] for f in files] == ["unchanged", "imported", "imported"]
+    assert summary["summary"]["sessions"] == 2
+    with SessionStore.connect(db) as store:
+        for report in files:
+            assert b"".join(store.iter_export(report["sessionId"])) == Path(report["path"]).read_bytes()
+
+
+def test_two_concurrent_syncs_of_one_folder(db_url: str, tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    names = [n for n in FIXTURES if n.startswith("small-seed")][:16]
+    for name in names:
+        (folder / "--w--").mkdir(parents=True, exist_ok=True)
+        (folder / "--w--" / f"{name}.jsonl").write_bytes(FIXTURES[name].read_bytes())
+    SessionStore.connect(db_url).close()  # the schema first (each process would race to create it)
+    runs = [subprocess.Popen(cli(db_url, "sync", str(folder), "--json"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    statuses: dict[str, list[str]] = {}
+    for out, _ in outputs:
+        for line in out.splitlines()[:-1]:
+            report = json.loads(line)
+            statuses.setdefault(report["path"], []).append(report["status"])
+    assert len(statuses) == len(names)
+    assert all(sorted(s) == ["imported", "unchanged"] for s in statuses.values()), statuses
+    with SessionStore.connect(db_url) as store:
+        assert len(store.list_all()) == len(names)
+        for path in statuses:
+            session_id = json.loads(Path(path).read_bytes().splitlines()[0])["id"]
+            assert b"".join(store.iter_export(session_id)) == Path(path).read_bytes()
+
+
+def test_watch_follows_a_live_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    path = folder / "live.jsonl"
+    full = lines_of(FIXTURES["small-seed9-0"])
+    path.write_bytes(b"".join(full[:5]))
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    watcher = subprocess.Popen(cli(db, "sync", str(tmp_path / "sessions"), "--watch", "--interval", "0.1", "--json"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watcher.stdout is not None
+    try:
+        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+        with path.open("ab") as out:  # Pi appends lines
+            out.write(b"".join(full[5:]))
+        assert json.loads(watcher.stdout.readline())["status"] == "appended"
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["summary"]["statuses"] == {"imported": 1, "appended": 1}
+    with SessionStore.connect(db) as store:
+        session_id = json.loads(full[0])["id"]
+        assert b"".join(store.iter_export(session_id)) == b"".join(full)
