@@ -37,6 +37,12 @@ def test_seed_exercise_branches_survive_and_reopen_follows_the_last_branch(store
     custom = reopened.append_custom_entry("ext.state", {"k": 1})
     shown = reopened.append_custom_message_entry("ext.note", "visible to the model", True)
     assert ids(reopened.get_branch())[-2:] == [custom, shown]
+    projection = store.open(sm.get_session_id()).build_session_projection()
+    sources = [item.source_entry["id"] for item in projection.entries if item.messages]
+    assert shown in sources and custom not in sources  # a custom message reaches the model, state does not
+    assert projection.messages[-1] == {"role": "custom", "customType": "ext.note", "content": "visible to the model",
+                                       "display": True, "timestamp": projection.messages[-1]["timestamp"]}
+    assert [m["role"] for m in projection.messages] == ["user", "assistant", "custom"]  # branch A is not in it
 
 
 def test_nothing_is_stored_before_the_first_user_or_assistant_message(store: SessionStore) -> None:
