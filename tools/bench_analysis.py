@@ -257,6 +257,11 @@ def main() -> None:
     start = time.perf_counter()
     indexed = fts.sync(store.engine)
     record(op="fts sync after import", rows=indexed, s=time.perf_counter() - start)
+    if not is_sqlite(store.engine):  # what autovacuum does after a bulk load: statistics, visibility map
+        start = time.perf_counter()
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE"))
+        record(op="VACUUM ANALYZE after import", s=time.perf_counter() - start)
     with read_transaction(store.engine) as conn:
         counts = conn.execute(text("SELECT count(*), sum(CASE WHEN kind = 'entry' THEN 1 ELSE 0 END) FROM entries"
                                    )).one()

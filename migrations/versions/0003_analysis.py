@@ -307,13 +307,16 @@ SQLITE_SEARCH_DROPS = [
     "DROP TABLE fts_watermark", "DROP TABLE entries_fts",
 ]
 
-# CREATE OR REPLACE: a function outlives a DROP TABLE ... CASCADE of the tables (test fixtures do that)
+# CREATE OR REPLACE: a function outlives a DROP TABLE ... CASCADE of the tables (test fixtures do that).
+# Not inlined (the SET clause) and priced high, so that the planner sees what evaluating it on a
+# row costs: it then reads the GIN index for rare words instead of filtering rows newest first
+# (measured at 1M entries: 6 ms instead of 18 s). The index is not partial: PostgreSQL uses the
+# statistics of an expression index for row estimates only when it covers the whole table.
 PG_SEARCH = [
     r"""CREATE OR REPLACE FUNCTION pi_search_vector(body text) RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT COST 5000 SET search_path = pg_catalog
 AS $$ SELECT to_tsvector('simple'::regconfig, regexp_replace(body, '[^[:alnum:]]+', ' ', 'g')) $$""",
-    """CREATE INDEX ix_entries_search_vector ON entries USING gin (pi_search_vector(search_text))
-WHERE search_text <> ''""",
+    "CREATE INDEX ix_entries_search_vector ON entries USING gin (pi_search_vector(search_text))",
 ]
 PG_SEARCH_DROPS = ["DROP INDEX ix_entries_search_vector", "DROP FUNCTION pi_search_vector(text)"]
 
@@ -324,8 +327,7 @@ def upgrade() -> None:
         op.add_column("entries", sa.Column(name, type_, nullable=False, server_default=default))
     op.create_index("ix_entries_usage", "entries", list(USAGE_INDEX),
                     sqlite_where=sa.text("has_usage = 1"), postgresql_where=sa.text("has_usage = 1"))
-    op.create_index("ix_sessions_created_ms", "sessions", ["created_ms"])
-    op.create_index("ix_sessions_name", "sessions", ["name"])
+    op.create_index("ix_sessions_created_ms", "sessions", ["created_ms"])  # (appends never change it)
     for statement in [*(SQLITE_SEARCH if dialect == "sqlite" else PG_SEARCH), *_views(dialect)]:
         op.execute(statement)
     recompute_analysis(op.get_bind())
@@ -337,7 +339,6 @@ def downgrade() -> None:
         op.execute(f"DROP VIEW {view}")
     for statement in SQLITE_SEARCH_DROPS if dialect == "sqlite" else PG_SEARCH_DROPS:
         op.execute(statement)
-    op.drop_index("ix_sessions_name", table_name="sessions")
     op.drop_index("ix_sessions_created_ms", table_name="sessions")
     op.drop_index("ix_entries_usage", table_name="entries")
     for name, _type, _default in reversed(ENTRY_COLUMNS):

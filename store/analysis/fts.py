@@ -3,7 +3,9 @@
 SQLite: the FTS5 table ``entries_fts`` indexes the rows up to ``fts_watermark.indexed_pk``;
 :func:`sync` indexes the rows written since, in one statement, and every reader of the index
 (search, ``pi-store sql``) calls it first, so what it reads is current. PostgreSQL: a GIN index on
-``pi_search_vector(search_text)`` that PostgreSQL keeps current itself; nothing to do here.
+``pi_search_vector(search_text)`` that PostgreSQL keeps current itself; nothing to do here (but
+its planner needs the statistics ``ANALYZE`` gathers, as autovacuum does, to read the index for
+rare words).
 
 Queries are written like web searches: words (all must match), ``"a phrase"``, ``word*`` (prefix),
 ``-word`` (exclude), ``OR`` between alternatives. Words are runs of letters and digits, as both

@@ -129,9 +129,9 @@ def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | No
     where = "".join(f" AND {f}" for f in filters)
     if sqlite:
         source = "entries_fts AS f JOIN entries AS e ON e.pk = f.rowid WHERE entries_fts MATCH :q"
-    else:
-        source = ("entries AS e WHERE e.search_text <> '' "
-                  "AND pi_search_vector(e.search_text) @@ to_tsquery('simple', :q)")
+    else:  # the query as a literal: a prepared statement's generic plan cannot see how rare a word is
+        literal = "'" + match.replace("'", "''") + "'"  # words are letters and digits (fts.parse_query)
+        source = f"entries AS e WHERE pi_search_vector(e.search_text) @@ to_tsquery('simple', {literal})"
     stmt = text(f"SELECT {_COLUMNS} FROM {source}{where} ORDER BY {key} DESC LIMIT :n")
     params = {"q": match, "spk": session_pk, "role": role, "before": before, "n": count}
     return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
