@@ -22,7 +22,7 @@ from store import new_entries, services
 from store.context_window import context_path
 from store.db import queries
 from store.db.appends import AppendCursor
-from store.db.engine import read_transaction, write_transaction
+from store.db.engine import driver_write_transaction, read_transaction, write_transaction
 from store.db.schema import entries as entries_table
 from store.db.writes import ROW_COLUMNS, db_text, entry_values, insert_rows, insert_session
 from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
@@ -44,7 +44,7 @@ LOAD_IDS_AFTER = 256  # appends in one batch after which the session's ids are l
 class _Batch:
     """An open write transaction collecting appends (see ``SessionManager.batch``)."""
 
-    conn: Connection
+    conn: Connection | None  # None on the single-append path (no SQLAlchemy reads there)
     cursor: AppendCursor
     base_leaf: TreeColumns | None
     base_leaf_id: str | None
@@ -128,21 +128,10 @@ class SessionManager:
         private = self._engine
         try:
             with write_transaction(private) as conn:
-                cursor = AppendCursor(conn)
+                cursor = AppendCursor.on(conn)
                 self._batch = _Batch(conn, cursor, *base, last_seq=cursor.lock_session(self._spk))
                 yield self
-                batch = self._batch
-                batch.cursor.insert(batch.unwritten)
-                if batch.rows:
-                    batch.cursor.advance(
-                        self._spk, last_seq=batch.last_seq, leaf_seq=batch.last_seq, entries=batch.rows,
-                        messages=batch.listing.message_count, activity_ms=batch.listing.last_activity_ms,
-                        first_message=db_text(batch.listing.first_message) if batch.listing.first_message else None,
-                        name=None if batch.name is None else (batch.name[0] and db_text(batch.name[0]),),
-                        conversation=batch.conversation, listable=batch.listing.pi_listable,
-                    )
-                    if self._persist and not self._flushed and batch.conversation:
-                        self._store_private_session(conn)
+                self._write(self._batch)
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
@@ -151,13 +140,46 @@ class SessionManager:
         if self._engine is not private:  # moved into the store: the private database is done
             private.dispose()
 
+    def _write(self, batch: _Batch) -> None:
+        """Send the batch's unwritten rows and its listing changes (inside its transaction)."""
+        batch.cursor.insert(batch.unwritten)
+        if not batch.rows:
+            return
+        batch.cursor.advance(
+            self._spk, last_seq=batch.last_seq, leaf_seq=batch.last_seq, entries=batch.rows,
+            messages=batch.listing.message_count, activity_ms=batch.listing.last_activity_ms,
+            first_message=db_text(batch.listing.first_message) if batch.listing.first_message else None,
+            name=None if batch.name is None else (batch.name[0] and db_text(batch.name[0]),),
+            conversation=batch.conversation, listable=batch.listing.pi_listable,
+        )
+        if self._persist and not self._flushed and batch.conversation:
+            assert batch.conn is not None  # single appends never take the private-to-store step
+            self._store_private_session(batch.conn)
+
     def _append(self, build: Callable[[str, str | None, str], dict], parent: str | bool | None = False) -> dict:
         """Create an entry under the leaf (or under ``parent`` when given) and make it the leaf."""
         if self._batch is not None:
             return self._append_to(self._batch, build, parent)
+        if parent is False and (self._flushed or not self._persist):
+            return self._append_single(build)
         with self.batch():
             assert self._batch is not None
             return self._append_to(self._batch, build, parent)
+
+    def _append_single(self, build: Callable[[str, str | None, str], dict]) -> dict:
+        """The common case on its own fast path: one entry under the leaf, in a transaction run
+        on the driver's connection (see ``driver_write_transaction``)."""
+        base = (self._leaf, self._leaf_id)
+        try:
+            with driver_write_transaction(self._engine) as dbapi:
+                cursor = AppendCursor(dbapi, self._engine.dialect)
+                batch = _Batch(None, cursor, *base, last_seq=cursor.lock_session(self._spk))
+                entry = self._append_to(batch, build, False)
+                self._write(batch)
+        except BaseException:
+            self._leaf, self._leaf_id = base
+            raise
+        return entry
 
     def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict],
                    parent: str | bool | None) -> dict:

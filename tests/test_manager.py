@@ -90,6 +90,19 @@ def test_failed_batch_stores_nothing(store: SessionStore) -> None:
     assert ids(store.open(sm.get_session_id()).get_branch()) == [keep]
 
 
+def test_failed_single_append_stores_nothing_and_the_next_one_works(store: SessionStore) -> None:
+    """The single-append fast path rolls back on the driver's connection and hands it back clean."""
+    sm = store.create("/w")
+    keep = sm.append_message(user("kept"))
+    with pytest.raises(TypeError):
+        sm.append_custom_entry("bad", {"not json": object()})  # fails inside the open transaction
+    assert sm.get_leaf_id() == keep
+    after = sm.append_message(user("after"))
+    reopened = store.open(sm.get_session_id())
+    assert ids(reopened.get_branch()) == [keep, after]
+    assert store.find_by_id(sm.get_session_id()).message_count == 2
+
+
 def test_batched_appends_chain_and_commit_together(store: SessionStore) -> None:
     sm = store.create("/w")
     with sm.batch():

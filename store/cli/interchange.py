@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from store.analysis import fts
 from store.cli.app import current_store, emit, main
 from store.errors import StoreError
 from store.format import js_stringify
@@ -98,11 +99,13 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
     summary = Summary()
     started = time.monotonic()
     meter = _Progress(progress, total, len(files))
+    store = current_store()
     with meter.running():
-        for report in import_paths(current_store(), files, strict=strict, replace=replace,
+        for report in import_paths(store, files, strict=strict, replace=replace,
                                    on_file=meter.on_file, progress=meter.bytes):
             summary.add(report)
             _print_report(report, as_json)
+    fts.sync(store.engine)  # leave the SQLite full-text index current for every reader of the file
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
 
@@ -152,7 +155,9 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progre
             _print_report(report, as_json)
 
     with contextlib.suppress(KeyboardInterrupt):
-        watch(current_store(), folder, interval=interval, strict=strict, replace=replace, on_report=on_report)
+        store = current_store()
+        watch(store, folder, interval=interval, strict=strict, replace=replace, on_report=on_report,
+              after_round=lambda: fts.sync(store.engine))
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
 

@@ -7,9 +7,11 @@ itself; appends run these few fixed statements straight on the transaction's DBA
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+from typing import Any
 
-from store.db.writes import INSERT_ROW, dbapi_sql
+from sqlalchemy import Connection, Dialect
+
+from store.db.writes import INSERT_ROW
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
@@ -37,13 +39,21 @@ WHERE pk = ?
 class AppendCursor:
     """Fixed statements of the append path on one transaction's DBAPI connection."""
 
-    def __init__(self, conn: Connection) -> None:
-        self._cursor = conn.connection.dbapi_connection.cursor()
-        self._id_taken = dbapi_sql(conn, _ID_TAKEN)
-        self._ids = dbapi_sql(conn, _IDS)
-        self._lock = dbapi_sql(conn, _LOCK_PG if conn.dialect.name == "postgresql" else _LOCK_SQLITE)
-        self._insert = dbapi_sql(conn, INSERT_ROW)
-        self._advance = dbapi_sql(conn, _ADVANCE)
+    def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
+        def sql(text: str) -> str:
+            return text if dialect.paramstyle == "qmark" else text.replace("?", "%s")
+
+        self._cursor = dbapi_connection.cursor()
+        self._id_taken = sql(_ID_TAKEN)
+        self._ids = sql(_IDS)
+        self._lock = sql(_LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
+        self._insert = sql(INSERT_ROW)
+        self._advance = sql(_ADVANCE)
+
+    @classmethod
+    def on(cls, conn: Connection) -> AppendCursor:
+        """The statements on a SQLAlchemy connection's DBAPI connection (same transaction)."""
+        return cls(conn.connection.dbapi_connection, conn.dialect)
 
     def lock_session(self, session_pk: int) -> int:
         """The session's ``last_seq``, read under the write lock (``FOR UPDATE`` on PostgreSQL;

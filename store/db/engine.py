@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
@@ -57,13 +58,17 @@ def _configure_sqlite(engine: Engine, memory: bool) -> None:
             cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA cache_size=-32768")  # 32 MiB of page cache: long batches and imports
+        # checkpoint every ~40 MB of WAL instead of 4 MB: each checkpoint syncs the database file,
+        # and an append dirties ~7 pages (row, indexes, session row); measured +15 % single appends
+        cur.execute("PRAGMA wal_autocheckpoint=10000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop(_WRITE, False) else "BEGIN")
+        # straight on the driver: exec_driver_sql would run SQLAlchemy's whole statement machinery
+        conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if conn.info.pop(_WRITE, False) else "BEGIN")
 
 
 @contextmanager
@@ -73,6 +78,27 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         conn.info[_WRITE] = True
         with conn.begin():
             yield conn
+
+
+@contextmanager
+def driver_write_transaction(engine: Engine) -> Iterator[Any]:
+    """A write transaction straight on a pooled DBAPI connection, for the few fixed statements of
+    one append: SQLAlchemy's ``Connection`` costs more per transaction (checkout events, begin and
+    commit bookkeeping) than the statements themselves. Commits when the block ends, rolls back
+    when it raises."""
+    pooled = engine.raw_connection()
+    try:
+        driver = pooled.driver_connection
+        if engine.dialect.name == "sqlite":
+            driver.execute("BEGIN IMMEDIATE")  # psycopg opens its transaction on the first statement
+        try:
+            yield pooled
+        except BaseException:
+            pooled.rollback()
+            raise
+        pooled.commit()
+    finally:
+        pooled.close()
 
 
 @contextmanager

@@ -130,10 +130,10 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
 
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,
           replace: bool = False, on_report: Callable[[ImportReport], None],
-          stop: Callable[[], bool] = lambda: False) -> None:
+          stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
-    process is interrupted)."""
+    process is interrupted). ``after_round`` runs after each look at the folder."""
     seen: dict[str, tuple[int, int]] = {}
     while not stop():
         for path in session_files([folder]):
@@ -148,4 +148,5 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             if report.status != BUSY:  # a busy file is looked at again next round
                 seen[key] = signature
             on_report(report)
+        after_round()
         time.sleep(interval)

@@ -93,3 +93,14 @@ def test_cli_fts_commands(store: SessionStore, db_url: str) -> None:
     assert rebuilt.returncode == 0 and "recomputed" in rebuilt.stdout and "indexed" in rebuilt.stdout
     if is_sqlite(store.engine):
         assert int(synced.stdout.split()[1]) > 0
+
+
+def test_cli_import_leaves_the_sqlite_index_current(tmp_path) -> None:
+    """Readers outside pi-store (sqlite3, Datasette) see an index that includes what was imported."""
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", *map(str, FILES)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with SessionStore.connect(url) as store, read_transaction(store.engine) as conn:
+        assert fts.pending(conn) == 0
+        assert conn.execute(text("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'the'")).scalar() > 10
