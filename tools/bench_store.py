@@ -155,6 +155,7 @@ def statement_floor(path: Path, appends: int) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA wal_autocheckpoint=10000")  # as store.db.engine sets it
     start = time.perf_counter()
     for row in rows:
         seq = row[1]

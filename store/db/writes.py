@@ -75,9 +75,19 @@ def dbapi_sql(conn: Connection, sql: str) -> str:
     return sql if conn.dialect.paramstyle == "qmark" else sql.replace("?", "%s")
 
 
+_COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
+
+
 def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
-    """Insert ``entry_values`` tuples with the driver's ``executemany`` (inside ``conn``'s transaction)."""
+    """Insert ``entry_values`` tuples inside ``conn``'s transaction: the driver's ``executemany``
+    (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row)."""
     cursor = conn.connection.dbapi_connection.cursor()
+    if conn.dialect.name == "postgresql":
+        if rows:
+            with cursor.copy(_COPY_ROWS) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        return
     sql = dbapi_sql(conn, INSERT_ROW)
     for start in range(0, len(rows), batch):
         cursor.executemany(sql, rows[start:start + batch])
