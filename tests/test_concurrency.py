@@ -4,15 +4,21 @@ numbers never clash, and every process's chain of entries stays a path in the tr
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
+from store.db import engine as engine_module
+from store.interchange import syncing
 from store.session_store import SessionStore
+from tests.oracle_support import FIXTURES
 
 WRITER = textwrap.dedent("""
     import sys, time
@@ -87,3 +93,33 @@ def test_two_processes_append_to_one_database(tmp_path: Path) -> None:
         switches = sum(a != b for a, b in itertools.pairwise(writers))
         # long enough runs: a waiting writer sleeps in SQLite's busy handler (up to 100 ms per try)
         assert switches >= 4, "the two writers did not overlap: the test proved nothing"
+
+
+def _held_write_lock(path: Path) -> sqlite3.Connection:
+    """Another connection holding the database's write lock (as a long-running writer would)."""
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    return blocker
+
+
+def test_a_lock_held_past_the_busy_timeout_fails_cleanly(tmp_path: Path, monkeypatch) -> None:
+    """Single appends, batches and imports all raise SQLAlchemy's OperationalError (which
+    ``import_one`` retries, then reports) and keep the manager as it was."""
+    monkeypatch.setattr(engine_module, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(syncing, "LOCK_RETRIES", 2)
+    db = tmp_path / "store.db"
+    with SessionStore.connect(f"sqlite:///{db}") as store:
+        sm = store.create("/w")
+        first = sm.append_message({"role": "user", "content": "one", "timestamp": 1})
+        blocker = _held_write_lock(db)
+        with pytest.raises(OperationalError, match="locked"):
+            sm.append_message({"role": "user", "content": "two", "timestamp": 2})  # the single-append path
+        with pytest.raises(OperationalError, match="locked"), sm.batch():
+            sm.append_message({"role": "user", "content": "three", "timestamp": 3})
+        report = syncing.import_one(store, FIXTURES / "sessions" / "small-seed1-0.jsonl")
+        assert report.status == "failed" and "locked" in (report.error or "")
+        assert sm.get_leaf_id() == first
+        blocker.rollback()
+        after = sm.append_message({"role": "user", "content": "four", "timestamp": 4})
+        assert store.open(sm.get_session_id()).get_branch_ids(after) == [first, after]
+        assert syncing.import_one(store, FIXTURES / "sessions" / "small-seed1-0.jsonl").status == "imported"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
+from sqlalchemy.exc import OperationalError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
@@ -24,6 +25,7 @@ from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
 from store.interchange.verifying import verify_all, verify_session
+from store.session_store import SessionStore
 
 _PROGRESS = click.Choice(["auto", "bar", "json", "none"])
 
@@ -105,9 +107,19 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
                                    on_file=meter.on_file, progress=meter.bytes):
             summary.add(report)
             _print_report(report, as_json)
-    fts.sync(store.engine)  # leave the SQLite full-text index current for every reader of the file
+    _index_imports(store)
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
+
+
+def _index_imports(store: SessionStore) -> None:
+    """Leave the SQLite full-text index current for every reader of the database file (sqlite3,
+    Datasette); a writer holding the lock past the busy timeout only postpones it."""
+    try:
+        fts.sync(store.engine)
+    except OperationalError as exc:
+        click.echo(f"warning: the full-text index was not brought up to date ({exc.orig}); "
+                   "the next search or `pi-store fts sync` does it", err=True)
 
 
 def _finish(summary: Summary, as_json: bool) -> None:
@@ -157,7 +169,7 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progre
     with contextlib.suppress(KeyboardInterrupt):
         store = current_store()
         watch(store, folder, interval=interval, strict=strict, replace=replace, on_report=on_report,
-              after_round=lambda: fts.sync(store.engine))
+              after_round=lambda: _index_imports(store))
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 BUSY_TIMEOUT_MS = 30_000
@@ -67,8 +68,8 @@ def _configure_sqlite(engine: Engine, memory: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # straight on the driver: exec_driver_sql would run SQLAlchemy's whole statement machinery
-        conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if conn.info.pop(_WRITE, False) else "BEGIN")
+        # through SQLAlchemy, so that a lock held past the busy timeout raises its OperationalError
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop(_WRITE, False) else "BEGIN")
 
 
 @contextmanager
@@ -88,9 +89,8 @@ def driver_write_transaction(engine: Engine) -> Iterator[Any]:
     when it raises."""
     pooled = engine.raw_connection()
     try:
-        driver = pooled.driver_connection
-        if engine.dialect.name == "sqlite":
-            driver.execute("BEGIN IMMEDIATE")  # psycopg opens its transaction on the first statement
+        if engine.dialect.name == "sqlite":  # psycopg opens its transaction on the first statement
+            _begin_immediate(engine, pooled.driver_connection)
         try:
             yield pooled
         except BaseException:
@@ -99,6 +99,16 @@ def driver_write_transaction(engine: Engine) -> Iterator[Any]:
         pooled.commit()
     finally:
         pooled.close()
+
+
+def _begin_immediate(engine: Engine, driver: Any) -> None:
+    """``BEGIN IMMEDIATE`` on a sqlite3 connection; a lock held past the busy timeout raises
+    SQLAlchemy's ``OperationalError``, as :func:`write_transaction` does."""
+    try:
+        driver.execute("BEGIN IMMEDIATE")
+    except engine.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, engine.dialect.loaded_dbapi.Error,
+                                  dialect=engine.dialect) from exc
 
 
 @contextmanager
