@@ -316,12 +316,8 @@ def store_session_rows(conn: Connection, session_id: str, head: dict | None, row
 
 
 def _db_text(value: Any) -> str | None:
-    """A string value as the ``sessions`` columns hold it: lone surrogates escaped (``db_text``)
-    and NUL as U+FFFD (PostgreSQL text cannot hold NUL; the line keeps the original)."""
-    if not isinstance(value, str):
-        return None
-    value = db_text(value)
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    """A string value as the ``sessions`` columns hold it (``db_text``; the line keeps the original)."""
+    return db_text(value) if isinstance(value, str) else None
 
 
 def _ms(value: float | None) -> int | None:

@@ -44,7 +44,7 @@ def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, c
         emit(items if limit is None else {"sessions": items, "nextCursor": next_cursor})
         return
     for info in infos:
-        title = info.name or info.first_message
+        title = " ".join((info.name or info.first_message).split())  # one line per session
         click.echo(f"{info.id}  {info.modified or '-':24}  {info.message_count:6} msgs  ${info.cost:<9.4f}  "
                    f"{info.cwd}  {title[:60]}")
     if next_cursor:

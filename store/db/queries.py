@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
 from store.db.schema import entries, sessions
+from store.db.writes import db_text
 
 _RUNS = """
 WITH RECURSIVE walk(step, run_start, run_end) AS (
@@ -67,7 +68,7 @@ def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
     """Row of the entry Pi's ``byId`` returns for ``entry_id`` (the last row with that id)."""
     return conn.execute(
         select(entries.c.seq)
-        .where(entries.c.session_pk == session_pk, entries.c.entry_id == entry_id, entries.c.kind == "entry")
+        .where(entries.c.session_pk == session_pk, entries.c.entry_id == db_text(entry_id), entries.c.kind == "entry")
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).scalar()
@@ -116,7 +117,7 @@ def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
         select(entries.c.line)
         .where(
             entries.c.session_pk == session_pk,
-            entries.c.parent_id == parent_id,
+            entries.c.parent_id == db_text(parent_id),
             entries.c.kind == "entry",
             entries.c.superseded.is_(False),
         )
@@ -140,7 +141,7 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
     return conn.execute(
         select(entries.c.line)
         .where(
-            entries.c.session_pk == session_pk, entries.c.target_id == target_id,
+            entries.c.session_pk == session_pk, entries.c.target_id == db_text(target_id),
             entries.c.target_id.is_not(None), entries.c.type == "label", entries.c.kind == "entry",
         )
         .order_by(entries.c.seq.desc())

@@ -22,24 +22,23 @@ ROW_COLUMNS = (
 )
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
 
 
 def db_text(value: str) -> str:
-    """A string a UTF-8 database column can hold: lone surrogates (legal in JSON, not in UTF-8)
-    become their ``\\udxxx`` escape text, as JSON.stringify writes them."""
+    """A string a database text column can hold, written the way JSON.stringify escapes it: lone
+    surrogates (legal in JSON, not in UTF-8) and NUL (PostgreSQL text cannot hold it) become the
+    text ``\\udxxx`` / ``\\u0000``. Entry ids are stored and looked up in this form."""
     if value.isascii():
-        return value
+        return value if "\x00" not in value else value.replace("\x00", "\\u0000")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
-    return value
+        return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    return value if "\x00" not in value else value.replace("\x00", "\\u0000")
 
 
 def _text(value: Any) -> str | None:
-    if value.__class__ is str:
-        return value if value.isascii() else db_text(value)
     return db_text(value) if isinstance(value, str) else None
 
 

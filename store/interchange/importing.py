@@ -244,6 +244,10 @@ def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_
             return _Plan(REBUILT, session)
         reason = (f"its first {stored_bytes} bytes differ from the {stored_bytes} bytes stored (sha256 "
                   f"{session.source_sha256[:12]}…): the file was rewritten or edited, not appended to")
+        if session.source_path is not None and session.source_path != source:
+            reason = (f"the session was stored from another file, {session.source_path}, and this one does not "
+                      f"continue it: its first {stored_bytes} bytes differ from the ones stored (sha256 "
+                      f"{session.source_sha256[:12]}…)")
         if session.migrated_from is not None and header is not None and header.get("version") == 3:
             reason += f" (Pi migrates a v{session.migrated_from} file to v3 and rewrites it when it opens it)"
     else:

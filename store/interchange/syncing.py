@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.errors import StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
@@ -103,8 +103,9 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         return ImportReport(str(path), exc.session_id, CONFLICT, error=str(exc))
     except StrictRefusal as exc:
         return ImportReport(str(path), None, REFUSED, error=str(exc))
-    except (StoreError, OSError, OperationalError) as exc:
-        return ImportReport(str(path), None, FAILED, error=str(exc))
+    except (StoreError, OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:
+        # the file's transaction rolled back: report it and go on with the next file
+        return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {exc}")
 
 
 def _being_written(path: Path, settle: float) -> bool:

@@ -167,3 +167,13 @@ def test_cli_pages(store: SessionStore, db_url: str) -> None:
     shown = cli("--limit", "3")
     assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 3 and "--cursor" in shown.stderr
     assert cli("--since", "not a date").returncode == 2
+
+
+def test_cli_table_has_one_line_per_session(store: SessionStore, db_url: str) -> None:
+    sm = store.create("/multi")
+    sm.append_message({"role": "user", "content": "## Plan\n\n**Question**:\twhich queue?", "timestamp": 1})
+    shown = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "list", "--cwd", "/multi"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [shown.stdout.rstrip("\n")]
+    assert shown.stdout.rstrip().endswith("## Plan **Question**: which queue?")

@@ -114,3 +114,38 @@ def test_cli_strict_and_json_report(tmp_path: Path) -> None:
     assert summary["summary"]["statuses"] == {"imported": 1, "refused": 1}
     listed = subprocess.run([*cli, "list", "--json"], capture_output=True, text=True, timeout=120)
     assert [s["id"] for s in json.loads(listed.stdout)] == [SID]
+
+
+def test_text_no_database_can_hold_is_stored_on_both_engines(store: SessionStore, tmp_path: Path) -> None:
+    """NUL (PostgreSQL text cannot hold it) and lone surrogates (UTF-8 cannot) in ids, parents,
+    label targets and names: the lines are kept byte for byte, the columns hold the JSON escape
+    text, and the tree, labels and name read back the same on SQLite and PostgreSQL."""
+    nul, lone = "a\u0000b", "c\ud800d"
+
+    def line(value: dict) -> bytes:  # JSON.stringify's escapes: \u0000 and \ud800 as text
+        return json.dumps(value, separators=(",", ":")).encode()
+
+    data = b"\n".join([
+        line({"type": "session", "version": 3, "id": SID, "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w\u0000"}),
+        line({"type": "message", "id": nul, "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z",
+              "message": {"role": "user", "content": "h\u0000i", "timestamp": 1}}),
+        line({"type": "message", "id": lone, "parentId": nul, "timestamp": "2026-01-01T00:00:02.000Z",
+              "message": {"role": "assistant", "content": [], "timestamp": 2}}),
+        line({"type": "label", "id": "eeeeeeee", "parentId": lone, "timestamp": "2026-01-01T00:00:03.000Z",
+              "targetId": nul, "label": "start"}),
+        line({"type": "session_info", "id": "ffffffff", "parentId": "eeeeeeee",
+              "timestamp": "2026-01-01T00:00:04.000Z", "name": "n\u0000ame"}),
+    ]) + b"\n"
+    path = tmp_path / "unstorable.jsonl"
+    path.write_bytes(data)
+    report = import_file(store, path)
+    assert report.status == "imported"
+    assert b"".join(store.iter_export(SID)) == data
+    sm = store.open(SID)
+    assert sm.get_leaf_id() == "ffffffff"
+    assert len(sm.get_branch()) == 4
+    assert sm.get_branch_ids("ffffffff")[:2] == ["a\\u0000b", "c\\ud800d"]  # the columns' escape text
+    assert sm.get_label(nul) == "start"
+    assert sm.get_session_name() == "n\u0000ame"  # read from the line: exact
+    sm.append_session_info("again\u0000")  # through the API too
+    assert [s.name for s in store.list_all()] == ["again\\u0000"]

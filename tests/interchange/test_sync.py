@@ -113,6 +113,16 @@ def test_changes_that_are_not_appends(store: SessionStore, tmp_path: Path) -> No
     assert len(store.list_all()) == 1
 
 
+def test_another_file_with_the_same_session_id_is_a_conflict_that_names_the_stored_file(
+        store: SessionStore, tmp_path: Path) -> None:
+    original = FIXTURES["small-seed3-0"].read_bytes()
+    (tmp_path / "a.jsonl").write_bytes(original)
+    (tmp_path / "b.jsonl").write_bytes(original.replace(b'"role":"user"', b'"role":"USER"', 1))
+    import_file(store, tmp_path / "a.jsonl")
+    with pytest.raises(ImportConflict, match=r"stored from another file, .*a\.jsonl, and this one does not"):
+        import_file(store, tmp_path / "b.jsonl")
+
+
 def test_a_file_pi_migrated_is_a_conflict(store: SessionStore, tmp_path: Path) -> None:
     case = next(c for c in load_fixture_cases(("legacy",)) if c.name == "legacy-v1")
     path = tmp_path / "v1.jsonl"
