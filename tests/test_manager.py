@@ -229,3 +229,15 @@ def test_listing_and_continue_recent(store: SessionStore) -> None:
     assert store.continue_recent("/a").get_session_id() == two.get_session_id()
     fresh = store.continue_recent("/c")
     assert store.find_by_id(fresh.get_session_id()) is None  # new, not stored until it talks
+
+
+def test_ids_that_are_not_strings_name_no_entry(store: SessionStore) -> None:
+    sm = store.create("/w")
+    root = sm.append_message(user("x"))
+    assert [c["id"] for c in sm.get_children(None)] == [root]  # Pi: entries whose parentId is null
+    assert sm.get_children(123) == [] and sm.get_label(123) is None  # type: ignore[arg-type]
+    for bad in (None, 123):
+        with pytest.raises(EntryNotFound):
+            sm.append_label_change(bad, "tag")  # type: ignore[arg-type]
+        with pytest.raises(EntryNotFound):
+            sm.branch(bad)  # type: ignore[arg-type]

@@ -65,10 +65,14 @@ def path_rows(conn: Connection, session_pk: int, leaf_seq: int | None, *columns:
 
 
 def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
-    """Row of the entry Pi's ``byId`` returns for ``entry_id`` (the last row with that id)."""
+    """Row of the entry Pi's ``byId`` returns for ``entry_id`` (the last row with that id); ids are
+    strings (anything else names no entry), compared as the columns hold them (``db_text``)."""
+    if not isinstance(entry_id, str):
+        return None
     return conn.execute(
         select(entries.c.seq)
-        .where(entries.c.session_pk == session_pk, entries.c.entry_id == db_text(entry_id), entries.c.kind == "entry")
+        .where(entries.c.session_pk == session_pk, entries.c.entry_id == db_text(entry_id),
+               entries.c.kind == "entry")
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).scalar()
@@ -107,6 +111,8 @@ def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int
 def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
     """Pi's ``getChildren``: per distinct id its last row, kept when that row's parent is
     ``parent_id``; ordered by the id's first row (Pi iterates its id map in insertion order)."""
+    if parent_id is not None and not isinstance(parent_id, str):
+        return []
     first = entries.alias("first")
     first_seq = (
         select(func.min(first.c.seq))
@@ -117,7 +123,7 @@ def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
         select(entries.c.line)
         .where(
             entries.c.session_pk == session_pk,
-            entries.c.parent_id == db_text(parent_id),
+            entries.c.parent_id == (db_text(parent_id) if parent_id is not None else None),
             entries.c.kind == "entry",
             entries.c.superseded.is_(False),
         )
@@ -138,6 +144,8 @@ def last_line_of_type(conn: Connection, session_pk: int, entry_type: str) -> str
 
 
 def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | None:
+    if not isinstance(target_id, str):
+        return None
     return conn.execute(
         select(entries.c.line)
         .where(
