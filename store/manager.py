@@ -4,9 +4,10 @@ A manager holds only the session's identity and its leaf; every answer comes fro
 Until a persistent session holds a user or assistant message it lives in a private in-memory
 SQLite database (Pi writes no file until then); the first such message copies it, together with
 that message, into the store in one transaction. ``SessionStore.in_memory`` sessions never leave
-the private database. All writes go through :class:`_Pending`: appended entries are buffered,
-then committed in one write transaction that allocates their rows; when anything fails nothing
-is stored and the manager keeps its previous leaf.
+the private database. All writes go through :class:`_Batch`: appended entries are buffered,
+then committed in one write transaction that allocates their rows (a single append under the
+leaf runs that transaction on the driver's connection); when anything fails nothing is stored
+and the manager keeps its previous leaf.
 """
 
 from __future__ import annotations
