@@ -190,7 +190,10 @@ class SessionManager:
             parent_id = parent  # type: ignore[assignment]
             parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
         entry = build(self._new_id(batch), parent_id, self._now())
-        line = js_stringify(entry)
+        try:
+            line = js_stringify(entry)
+        except (TypeError, ValueError, RecursionError) as exc:  # a set, an object, a cycle
+            raise InvalidEntry(f"the {entry.get('type')} entry cannot be written as JSON: {exc}") from exc
         seq = batch.last_seq + 1
         cols = derive_child(seq, entry["id"], entry, parent_cols)
         batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))

@@ -17,7 +17,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from store.errors import InvalidReplacement
+from store.errors import InvalidEntry, InvalidReplacement
+from store.format.jsvalue import js_trim
 
 
 def now_iso(ms: float | None = None) -> str:
@@ -113,8 +114,11 @@ def session_info(entry_id: str, parent_id: str | None, ts: str, name: str) -> di
 
 
 def sanitize_name(name: str) -> str:
-    """Runs of CR/LF become one space, then the name is trimmed (Pi's ``appendSessionInfo``)."""
-    return re.sub(r"[\r\n]+", " ", name).strip()
+    """Runs of CR/LF become one space, then the name is trimmed as JavaScript trims (Pi's
+    ``appendSessionInfo``)."""
+    if not isinstance(name, str):
+        raise InvalidEntry(f"a session name must be a string, not {type(name).__name__}")
+    return js_trim(re.sub(r"[\r\n]+", " ", name))
 
 
 def custom_message(entry_id: str, parent_id: str | None, ts: str, custom_type: str, content: Any,

@@ -91,8 +91,9 @@ def test_two_processes_append_to_one_database(tmp_path: Path) -> None:
                 "SELECT line FROM entries e JOIN sessions s ON s.pk = e.session_pk "
                 "WHERE s.session_id = :sid AND e.seq > 1 ORDER BY e.seq"), {"sid": session_id})]
         switches = sum(a != b for a, b in itertools.pairwise(writers))
-        # long enough runs: a waiting writer sleeps in SQLite's busy handler (up to 100 ms per try)
-        assert switches >= 4, "the two writers did not overlap: the test proved nothing"
+        # long enough runs: a waiting writer sleeps in SQLite's busy handler (up to 100 ms per try).
+        # Two switches (one writer's rows before and after the other's) prove they interleaved.
+        assert switches >= 2, f"the two writers did not overlap ({switches} switch): the test proved nothing"
 
 
 def _held_write_lock(path: Path) -> sqlite3.Connection:

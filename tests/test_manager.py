@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.errors import EntryNotFound, InvalidReplacement, NotEditable, NotOnActiveBranch, SessionExists
+from store.errors import EntryNotFound, InvalidEntry, InvalidReplacement, NotEditable, NotOnActiveBranch, SessionExists
 from store.session_store import SessionStore
 
 
@@ -94,7 +94,7 @@ def test_failed_single_append_stores_nothing_and_the_next_one_works(store: Sessi
     """The single-append fast path rolls back on the driver's connection and hands it back clean."""
     sm = store.create("/w")
     keep = sm.append_message(user("kept"))
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidEntry, match="custom entry cannot be written as JSON"):
         sm.append_custom_entry("bad", {"not json": object()})  # fails inside the open transaction
     assert sm.get_leaf_id() == keep
     after = sm.append_message(user("after"))
@@ -132,6 +132,15 @@ def test_session_names_are_sanitised_and_latest_wins(store: SessionStore) -> Non
     assert sm.get_session_name() is None
     sm.append_session_info("second")
     assert store.find_by_id(sm.get_session_id()).name == "second"
+    sm.append_session_info("\ufeff\x1cthird\u2028")  # JavaScript's trim: BOM and U+2028 go, U+001C stays
+    assert sm.get_session_name() == "\x1cthird"
+    with pytest.raises(InvalidEntry, match="session name must be a string"):
+        sm.append_session_info(None)  # type: ignore[arg-type]
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(InvalidEntry, match="custom entry cannot be written as JSON"):
+        sm.append_custom_entry("loop", cyclic)
+    assert sm.get_session_name() == "\x1cthird"
 
 
 def test_context_edit_rules(store: SessionStore) -> None:
