@@ -30,49 +30,25 @@ import json
 import os
 import random
 import re
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+from benchmarking import ORACLE_RUN, RESULTS, ROOT, SHARED, median_ms, record
+from sqlalchemy import text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from store.analysis import fts
+from store.analysis.readonly import run_sql
+from store.db.engine import is_sqlite, read_transaction
+from store.session_store import SessionStore
 
-from sqlalchemy import text  # noqa: E402
-
-from store.analysis import fts  # noqa: E402
-from store.analysis.readonly import run_sql  # noqa: E402
-from store.db.engine import is_sqlite, read_transaction  # noqa: E402
-from store.session_store import SessionStore  # noqa: E402
-
-SHARED = ROOT.parent / "shared"
-ORACLE_RUN = SHARED / "oracle" / "run.sh"
 PI_BASELINE = SHARED / "baselines" / "pi_baseline.mjs"
-RESULTS: list[dict] = []
 MODELS = [("anthropic", "claude-sonnet-4-5", 3e-6, 15e-6), ("anthropic", "claude-opus-4-1", 15e-6, 75e-6),
           ("openai", "gpt-5", 1.25e-6, 10e-6), ("google", "gemini-2.5-pro", 1.25e-6, 10e-6),
           ("openrouter", "qwen/qwen3-coder", 0.4e-6, 1.6e-6)]
 TOOLS = ("read", "edit", "write", "bash", "grep")
-
-
-def record(**fields) -> dict:
-    RESULTS.append(fields)
-    print(json.dumps(fields), flush=True)
-    return fields
-
-
-def median_ms(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,44 +12,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarking import BASELINES, ORACLE_RUN, median_ms, pi_open_ms, record
 
-from store.session_store import SessionStore  # noqa: E402
-
-SHARED = ROOT.parent / "shared"
-BASELINES = SHARED / "baselines"
-ORACLE_RUN = SHARED / "oracle" / "run.sh"
-
-
-def median_ms(fn, reps: int = 7) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
-def pi_open_ms(path: Path) -> float | None:
-    if not ORACLE_RUN.exists():
-        return None
-    out = subprocess.run([str(ORACLE_RUN), str(BASELINES / "pi_baseline.mjs"), "open", str(path), "7"],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["median_ms"]
-
-
-def report(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+from store.session_store import SessionStore
 
 
 def main() -> None:
@@ -66,24 +37,24 @@ def main() -> None:
             large = next((work / "g").glob("*.jsonl"))
             sid = store.import_jsonl(large)
             ours = median_ms(lambda: store.open(sid).build_session_context())
-            pi = pi_open_ms(large)
+            pi = pi_open_ms(large, 7)
             manager = store.open(sid)
-            report(op="open + build context, 20k compacted (gen.mjs large)", entries=len(manager.get_entries()),
+            record(op="open + build context, 20k compacted (gen.mjs large)", entries=len(manager.get_entries()),
                    context_messages=len(manager.build_session_context().messages), ms=ours, pi_ms=pi,
                    speedup_vs_pi=pi / ours if pi else None)
         else:
-            report(op="open + build context, 20k compacted", skipped="oracle not installed (../shared/oracle)")
+            record(op="open + build context, 20k compacted", skipped="oracle not installed (../shared/oracle)")
         linear = work / "linear.jsonl"
         subprocess.run([sys.executable, str(BASELINES / "make_linear_session.py"), str(args.entries), str(linear)],
                        check=True)
         sid = store.import_jsonl(linear)
         manager = store.open(sid)
         context_ms = median_ms(lambda: store.open(sid).build_session_context(), reps=3)
-        pi = pi_open_ms(linear)
-        report(op="open + build context, linear (whole path is context)", entries=args.entries, ms=context_ms,
+        pi = pi_open_ms(linear, 7)
+        record(op="open + build context, linear (whole path is context)", entries=args.entries, ms=context_ms,
                pi_ms=pi, speedup_vs_pi=pi / context_ms if pi else None)
         prepare_ms = median_ms(lambda: manager.prepare_compaction(), reps=3)
-        report(op="prepare_compaction, linear", entries=args.entries, ms=prepare_ms, context_ms=context_ms,
+        record(op="prepare_compaction, linear", entries=args.entries, ms=prepare_ms, context_ms=context_ms,
                ratio_to_context=prepare_ms / context_ms)
 
 

@@ -20,7 +20,6 @@ Prints one JSON object per measurement and a Markdown table at the end (for BENC
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -28,12 +27,7 @@ import time
 from pathlib import Path
 
 import orjson
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-BASELINES = SHARED / "baselines"
-ORACLE_RUN = SHARED / "oracle" / "run.sh"
-RESULTS: list[dict] = []
+from benchmarking import BASELINES, ORACLE_RUN, RESULTS, ROOT, record, run_json
 
 # Runs in a fresh interpreter: import one file, export it, report times and peak RSS.
 _IMPORT = r"""
@@ -77,21 +71,6 @@ print(json.dumps({"import_s": imported, "export_s": exported, "copy_s": copied, 
                   "entries": report.entries,
                   "bytes": report.size, "rss_mb": rss, "worker_rss_mb": worker_rss}))
 """
-
-
-def record(**fields: object) -> dict:
-    RESULTS.append(fields)
-    print(json.dumps(fields), flush=True)
-    return fields
-
-
-def run_json(cmd: list[str]) -> dict | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=7200).stdout
-    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-        print(f"failed: {' '.join(map(str, cmd))}: {exc}", file=sys.stderr)
-        return None
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def fresh_sqlite(folder: Path, name: str) -> str:

@@ -13,55 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarking import BASELINES, ORACLE_RUN, RESULTS, median_ms, pi_open_ms, record, run_json
 
-from store.db import queries  # noqa: E402
-from store.db.engine import read_transaction  # noqa: E402
-from store.session_store import SessionStore  # noqa: E402
-
-SHARED = ROOT.parent / "shared"
-BASELINES = SHARED / "baselines"
-ORACLE_RUN = SHARED / "oracle" / "run.sh"
-RESULTS: list[dict] = []
-
-
-def record(**fields) -> dict:
-    RESULTS.append(fields)
-    print(json.dumps(fields), flush=True)
-    return fields
-
-
-def median_ms(fn, reps: int = 7) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
-def run_json(cmd: list[str], **kw) -> dict | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, **kw).stdout
-    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-        print(f"baseline failed: {' '.join(map(str, cmd))}: {exc}", file=sys.stderr)
-        return None
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def pi_open_ms(path: Path) -> float | None:
-    if not ORACLE_RUN.exists():
-        return None
-    result = run_json([str(ORACLE_RUN), str(BASELINES / "pi_baseline.mjs"), "open", str(path), "5"])
-    return result["median_ms"] if result else None
+from store.db import queries
+from store.db.engine import read_transaction
+from store.session_store import SessionStore
 
 
 def open_and_path(store: SessionStore, session_id: str) -> tuple[float, float, int]:
