@@ -16,7 +16,6 @@ from store.context_window import context_path
 from store.db import queries
 from store.db.engine import read_transaction
 from store.db.schema import entries
-from store.errors import SessionNotFound
 from store.format import js_parse
 from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
@@ -37,9 +36,7 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
                      all_leaves: bool = False) -> dict:
     """The oracle-shaped document of one stored session (``leaf_id``: describe from that leaf)."""
     with read_transaction(store.engine) as conn:
-        session = queries.session_by_id(conn, session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id!r} in the store")
+        session = queries.stored_session(conn, session_id)
         rows = conn.execute(
             select(entries.c.seq, entries.c.kind, entries.c.line, entries.c.type)
             .where(entries.c.session_pk == session.pk).order_by(entries.c.seq)

@@ -23,7 +23,7 @@ from store.bulk import store_session_rows
 from store.db import queries
 from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
 from store.db.schema import Base, sessions
-from store.errors import SessionExists, SessionNotFound
+from store.errors import SessionExists
 from store.format import js_stringify
 from store.format.jsdate import js_iso
 from store.interchange.exporting import export_jsonl, iter_export
@@ -100,9 +100,7 @@ class SessionStore:
     def open(self, session_id: str) -> SessionManager:
         """The stored session ``session_id``, its leaf restored from its last entry."""
         with read_transaction(self.engine) as conn:
-            row = queries.session_by_id(conn, session_id)
-        if row is None:
-            raise SessionNotFound(f"no session {session_id!r} in the store")
+            row = queries.stored_session(conn, session_id)
         return SessionManager(self, self.engine, row.pk, persist=True, flushed=True)
 
     def continue_recent(self, cwd: str) -> SessionManager:

@@ -27,7 +27,6 @@ from sqlalchemy import Connection, Engine, Row, bindparam, text
 from store.analysis import fts
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
-from store.errors import SessionNotFound
 
 _SCAN = 200  # candidates read per round while filtering on provenance
 _SNIPPET_WORDS = 24
@@ -79,12 +78,7 @@ def search(engine: Engine, query: str, *, session: str | None = None, role: str 
     parsed = fts.parse_query(query)
     fts.sync(engine)
     with read_transaction(engine) as conn:
-        session_pk = None
-        if session is not None:
-            row = queries.session_by_id(conn, session)
-            if row is None:
-                raise SessionNotFound(f"no session {session!r} in the store")
-            session_pk = row.pk
+        session_pk = None if session is None else queries.stored_session(conn, session).pk
         sqlite = is_sqlite(conn)
         match = parsed.fts5() if sqlite else parsed.tsquery()
         sessions: dict[int, _SessionPath] = {}

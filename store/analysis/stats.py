@@ -15,7 +15,6 @@ from sqlalchemy import Connection, Engine, text
 
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
-from store.errors import SessionNotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +77,7 @@ class SessionStats:
 def session_stats(engine: Engine, session_id: str | None = None) -> SessionStats:
     """Statistics of one session, or of all sessions when ``session_id`` is None."""
     with read_transaction(engine) as conn:
-        session_pk = None
-        if session_id is not None:
-            row = queries.session_by_id(conn, session_id)
-            if row is None:
-                raise SessionNotFound(f"no session {session_id!r} in the store")
-            session_pk = row.pk
+        session_pk = None if session_id is None else queries.stored_session(conn, session_id).pk
         return _stats(conn, session_id, session_pk)
 
 

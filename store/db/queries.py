@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Row, bindparam, func, select, text
 
 from store.db.schema import entries, sessions
 from store.db.writes import db_text
+from store.errors import SessionNotFound
 
 _RUNS = """
 WITH RECURSIVE walk(step, run_start, run_end) AS (
@@ -166,6 +167,14 @@ def all_rows(conn: Connection, session_pk: int, *columns: str) -> Sequence[Row]:
 
 def session_by_id(conn: Connection, session_id: str) -> Row | None:
     return conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+
+
+def stored_session(conn: Connection, session_id: str) -> Row:
+    """The session row of ``session_id``; raises ``SessionNotFound`` when none is stored."""
+    row = session_by_id(conn, session_id)
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r} in the store")
+    return row
 
 
 def session_by_pk(conn: Connection, session_pk: int) -> Row | None:

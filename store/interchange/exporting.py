@@ -20,7 +20,6 @@ from sqlalchemy import Connection, select
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.schema import sessions
-from store.errors import SessionNotFound
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
@@ -70,9 +69,7 @@ def iter_export(store: SessionStore, session_id: str, as_migrated: bool = False)
     """The session's bytes in chunks of whole lines. ``as_migrated`` (for a file that needed
     migration): Pi's rewrite — every line Pi keeps, in its v3 form, ``\\n``-terminated."""
     with read_transaction(store.engine) as conn:
-        row = queries.session_by_id(conn, session_id)
-        if row is None:
-            raise SessionNotFound(f"no session {session_id!r} in the store")
+        row = queries.stored_session(conn, session_id)
         yield from session_bytes(conn, row.pk, as_migrated and row.migrated_from is not None)
 
 

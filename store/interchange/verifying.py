@@ -23,7 +23,6 @@ from store.bulk import rows_naming
 from store.db import queries
 from store.db.engine import read_transaction
 from store.db.schema import entries, sessions
-from store.errors import SessionNotFound
 from store.format import js_parse, js_stringify
 from store.interchange.exporting import session_bytes
 from store.loading import ENTRY, SKIPPED, VALUE
@@ -70,10 +69,7 @@ class Health:
 
 def verify_session(store: SessionStore, session_id: str) -> Health:
     with read_transaction(store.engine) as conn:
-        session = queries.session_by_id(conn, session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id!r} in the store")
-        return _verify(conn, session)
+        return _verify(conn, queries.stored_session(conn, session_id))
 
 
 def verify_all(store: SessionStore) -> Iterator[Health]:
