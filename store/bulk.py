@@ -130,7 +130,7 @@ class SessionWriter:
         if outcome is None:
             return []
         if outcome.superseded:
-            self._cursor.executemany(dbapi_sql(self.conn, _SUPERSEDE),
+            self._cursor.executemany(dbapi_sql(self.conn.dialect, _SUPERSEDE),
                                      [(True, self.session_pk, seq) for seq in outcome.superseded])
         problems = list(outcome.problems)
         if outcome.late_ids:
@@ -149,7 +149,7 @@ class SessionWriter:
         tree = StoredTree(self._tree_rows())
         if len(tree.flags) != row_count:
             raise RuntimeError(f"expected {row_count} rows of session {self.session_pk}, found {len(tree.flags)}")
-        self._cursor.executemany(dbapi_sql(self.conn, _RELINK), [
+        self._cursor.executemany(dbapi_sql(self.conn.dialect, _RELINK), [
             (c.parent_seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq, c.model_seq, self.session_pk, c.seq)
             for c in tree.relink(parents)
         ])

@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import re
-import typing
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import orjson
 from store.format import JsonLineError, js_parse, js_string, js_stringify
 from store.format import models as m
 from store.format.jsvalue import UNDEFINED, js_trim, truthy
-from store.format.lines import RawLine
+from store.format.lines import RawLine, decode_line
 from store.format.migrate import CURRENT_SESSION_VERSION, session_version
 from store.tree_columns import IdIndex
 
@@ -35,20 +34,8 @@ PI_FILE_NAME = re.compile(r"_([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a
 BOM = "\ufeff"
 
 
-def _tag(model: type) -> str:
-    return typing.get_args(model.model_fields["type" if "type" in model.model_fields else "role"].annotation)[0]
-
-
-_ENTRY_MODELS = (
-    m.SessionHeader, m.MessageEntry, m.ModelChangeEntry, m.ThinkingLevelChangeEntry, m.UsageEntry,
-    m.CompactionEntry, m.BranchSummaryEntry, m.CustomEntry, m.CustomMessageEntry, m.ContextEditEntry,
-    m.LabelEntry, m.SessionInfoEntry,
-)
-_MESSAGE_MODELS = (
-    m.UserMessage, m.AssistantMessage, m.ToolResultMessage, m.SystemMessage, m.BashExecutionMessage, m.CustomMessage,
-)
-KNOWN_FIELDS: dict[str, frozenset[str]] = {_tag(model): frozenset(model.model_fields) for model in _ENTRY_MODELS}
-KNOWN_ROLES = frozenset([*(_tag(model) for model in _MESSAGE_MODELS), "hookMessage"])  # v2's role, renamed by v3
+KNOWN_FIELDS = {kind: frozenset(model.model_fields) for kind, model in m.ENTRY_MODELS.items()}
+KNOWN_ROLES = frozenset([*m.MESSAGE_MODELS, "hookMessage"])  # v2's role, renamed by v3
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +65,6 @@ class LineRow:
 # one line
 
 
-def decode(data: bytes) -> tuple[str, bool]:
-    """The text Pi reads (U+FFFD for invalid UTF-8, per maximal subpart) and whether it was valid."""
-    try:
-        return data.decode("utf-8"), True
-    except UnicodeDecodeError:
-        return data.decode("utf-8", "replace"), False
-
-
 def parse(data: bytes, text: str, valid_utf8: bool) -> Any:
     """``JSON.parse`` of a line (``text``: ``data`` decoded); raises ``JsonLineError``. orjson reads
     valid UTF-8 bytes directly (the same value, without encoding the text again); the slow path
@@ -98,7 +77,7 @@ def parse(data: bytes, text: str, valid_utf8: bool) -> Any:
 
 def parse_kept(data: bytes) -> Any:
     """The value Pi's loader keeps for a line, or UNDEFINED (blank, not JSON, falsy)."""
-    text, valid = decode(data)
+    text, valid = decode_line(data)
     try:
         value = parse(data, text, valid)
     except JsonLineError:
@@ -349,7 +328,7 @@ class LineReader:
         self.seq = seq + 1
         number = seq + 1
         raw = None
-        try:
+        try:  # decode_line, inlined on this path
             text, valid = data.decode("utf-8"), True
         except UnicodeDecodeError:
             text, valid = data.decode("utf-8", "replace"), False
@@ -494,7 +473,7 @@ def fallback_session_id(lines: Iterable[RawLine], file_name: str, sha256: Callab
     for raw in lines:
         if b'"session"' not in raw.data:
             continue
-        text, _ = decode(raw.data)
+        text, _ = decode_line(raw.data)
         try:
             value = js_parse(text.lstrip(BOM))
         except JsonLineError:

@@ -47,8 +47,6 @@ class _Batch:
 
     conn: Connection | None  # None on the single-append path (no SQLAlchemy reads there)
     cursor: AppendCursor
-    base_leaf: TreeColumns | None
-    base_leaf_id: str | None
     last_seq: int
     rows: int = 0
     unwritten: list[tuple] = field(default_factory=list)  # rows not yet sent to the database
@@ -130,7 +128,7 @@ class SessionManager:
         try:
             with write_transaction(private) as conn:
                 cursor = AppendCursor.on(conn)
-                self._batch = _Batch(conn, cursor, *base, last_seq=cursor.lock_session(self._spk))
+                self._batch = _Batch(conn, cursor, last_seq=cursor.lock_session(self._spk))
                 yield self
                 self._write(self._batch)
         except BaseException:
@@ -174,7 +172,7 @@ class SessionManager:
         try:
             with driver_write_transaction(self._engine) as dbapi:
                 cursor = AppendCursor(dbapi, self._engine.dialect)
-                batch = _Batch(None, cursor, *base, last_seq=cursor.lock_session(self._spk))
+                batch = _Batch(None, cursor, last_seq=cursor.lock_session(self._spk))
                 entry = self._append_to(batch, build, False)
                 self._write(batch)
         except BaseException:

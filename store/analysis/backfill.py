@@ -23,7 +23,7 @@ def recompute_analysis(conn: Connection) -> int:
     entry rows."""
     fts.clear(conn)  # SQLite: nothing is indexed while the text changes (no per-row index work)
     cursor = conn.connection.dbapi_connection.cursor()
-    select, update = dbapi_sql(conn, _SELECT), dbapi_sql(conn, _UPDATE)
+    select, update = dbapi_sql(conn.dialect, _SELECT), dbapi_sql(conn.dialect, _UPDATE)
     last, count = 0, 0
     while True:
         cursor.execute(select, (last, BATCH))

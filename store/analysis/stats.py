@@ -110,7 +110,7 @@ def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> 
                 sums[index] += value
     else:
         sums = [sum(m[i] for m in models) for i in range(3, 8)]
-    sessions_counted = conn.execute(text("SELECT count(*) FROM sessions")).scalar_one() if session_pk is None else 1
+    sessions_counted = queries.session_count(conn) if session_pk is None else 1
     return SessionStats(
         session_id=session_id, sessions=sessions_counted,
         user_messages=int(counts.user_messages), assistant_messages=int(counts.assistant_messages),

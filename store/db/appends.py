@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Dialect
 
-from store.db.writes import INSERT_ROW
+from store.db.writes import INSERT_ROW, dbapi_sql
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
@@ -40,15 +40,12 @@ class AppendCursor:
     """Fixed statements of the append path on one transaction's DBAPI connection."""
 
     def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
-        def sql(text: str) -> str:
-            return text if dialect.paramstyle == "qmark" else text.replace("?", "%s")
-
         self._cursor = dbapi_connection.cursor()
-        self._id_taken = sql(_ID_TAKEN)
-        self._ids = sql(_IDS)
-        self._lock = sql(_LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
-        self._insert = sql(INSERT_ROW)
-        self._advance = sql(_ADVANCE)
+        self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
+        self._ids = dbapi_sql(dialect, _IDS)
+        self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
+        self._insert = dbapi_sql(dialect, INSERT_ROW)
+        self._advance = dbapi_sql(dialect, _ADVANCE)
 
     @classmethod
     def on(cls, conn: Connection) -> AppendCursor:

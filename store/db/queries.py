@@ -79,10 +79,6 @@ def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
     ).scalar()
 
 
-def id_exists(conn: Connection, session_pk: int, entry_id: str) -> bool:
-    return seq_of(conn, session_pk, entry_id) is not None
-
-
 TREE_COLUMNS = (
     entries.c.seq, entries.c.entry_id, entries.c.parent_seq, entries.c.depth, entries.c.run_start,
     entries.c.compaction_seq, entries.c.thinking_seq, entries.c.model_seq,
@@ -156,13 +152,6 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).scalar()
-
-
-def all_rows(conn: Connection, session_pk: int, *columns: str) -> Sequence[Row]:
-    """Every row of a session in file order (for whole-session answers: tree, export, inspect)."""
-    return conn.execute(
-        select(*(entries.c[c] for c in columns)).where(entries.c.session_pk == session_pk).order_by(entries.c.seq)
-    ).all()
 
 
 def session_by_id(conn: Connection, session_id: str) -> Row | None:

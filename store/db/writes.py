@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, Dialect, insert
 
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.schema import sessions
@@ -69,9 +69,9 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
 INSERT_ROW = f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
 
 
-def dbapi_sql(conn: Connection, sql: str) -> str:
-    """``sql`` written with ``?`` placeholders, in the paramstyle of ``conn``'s driver."""
-    return sql if conn.dialect.paramstyle == "qmark" else sql.replace("?", "%s")
+def dbapi_sql(dialect: Dialect, sql: str) -> str:
+    """``sql`` written with ``?`` placeholders, in the paramstyle of ``dialect``'s driver."""
+    return sql if dialect.paramstyle == "qmark" else sql.replace("?", "%s")
 
 
 _COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
@@ -87,7 +87,7 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
                 for row in rows:
                     copy.write_row(row)
         return
-    sql = dbapi_sql(conn, INSERT_ROW)
+    sql = dbapi_sql(conn.dialect, INSERT_ROW)
     for start in range(0, len(rows), batch):
         cursor.executemany(sql, rows[start:start + batch])
 

@@ -214,6 +214,16 @@ class UnknownMessage(_Model):
     role: Any = None
 
 
+MESSAGE_MODELS: dict[str, type[BaseModel]] = {
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "toolResult": ToolResultMessage,
+    "system": SystemMessage,
+    "bashExecution": BashExecutionMessage,
+    "custom": CustomMessage,
+}
+"""The known message roles and their models."""
+
 AgentMessage = Annotated[
     Annotated[UserMessage, Tag("user")]
     | Annotated[AssistantMessage, Tag("assistant")]
@@ -222,17 +232,7 @@ AgentMessage = Annotated[
     | Annotated[BashExecutionMessage, Tag("bashExecution")]
     | Annotated[CustomMessage, Tag("custom")]
     | Annotated[UnknownMessage, Tag("unknown")],
-    _discriminator(
-        "role",
-        {
-            "user": UserMessage,
-            "assistant": AssistantMessage,
-            "toolResult": ToolResultMessage,
-            "system": SystemMessage,
-            "bashExecution": BashExecutionMessage,
-            "custom": CustomMessage,
-        },
-    ),
+    _discriminator("role", MESSAGE_MODELS),
 ]
 
 
@@ -347,7 +347,7 @@ class UnknownEntry(_Model):
     timestamp: Any = None
 
 
-_ENTRY_MODELS: dict[str, type[BaseModel]] = {
+ENTRY_MODELS: dict[str, type[BaseModel]] = {
     "session": SessionHeader,
     "message": MessageEntry,
     "model_change": ModelChangeEntry,
@@ -361,6 +361,7 @@ _ENTRY_MODELS: dict[str, type[BaseModel]] = {
     "label": LabelEntry,
     "session_info": SessionInfoEntry,
 }
+"""The header and the 11 entry types, by their ``type``."""
 
 SessionEntry = Annotated[
     Annotated[SessionHeader, Tag("session")]
@@ -376,7 +377,7 @@ SessionEntry = Annotated[
     | Annotated[LabelEntry, Tag("label")]
     | Annotated[SessionInfoEntry, Tag("session_info")]
     | Annotated[UnknownEntry, Tag("unknown")],
-    _discriminator("type", _ENTRY_MODELS),
+    _discriminator("type", ENTRY_MODELS),
 ]
 """Any line object: the header type, the 11 entry types, or ``UnknownEntry``."""
 
