@@ -113,8 +113,8 @@ def fts_sync_command() -> None:
 def fts_rebuild_command(recompute: bool) -> None:
     """Rebuild the search index from scratch."""
     engine = current_store().engine
-    if recompute:
+    if recompute:  # rewrites every row's search text, and the index with it
         with write_transaction(engine) as conn:
-            count = recompute_analysis(conn)
-        click.echo(f"recomputed {count} entries")
+            click.echo(f"recomputed and indexed {recompute_analysis(conn)} entries")
+        return
     click.echo(f"indexed {fts.rebuild(engine)} entries")
