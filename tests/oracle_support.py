@@ -99,6 +99,11 @@ def _oracle(script: str, *args: str | Path, timeout: float = ORACLE_TIMEOUT_S) -
     return result.stdout
 
 
+def run_oracle_json(script: Path, *args: str | Path) -> Any:
+    """The JSON document an oracle script (any .mjs run through run.sh) prints."""
+    return json.loads(_oracle(str(script), *args))
+
+
 def wants_all_leaves(data: bytes) -> bool:
     """Whether a file with these bytes is described with --all-leaves (the conformance runner's rule)."""
     return data.count(b"\n") < ALL_LEAVES_MAX_LINES and len(data) < ALL_LEAVES_MAX_BYTES

@@ -1,5 +1,7 @@
-"""Independent readings of raw session files, written for the tests from Pi's documented rules
-(never through the store): the entries Pi's loader keeps, and ``AgentSession.getSessionStats``."""
+"""Independent readings of raw session files, written for the tests (never through the store): the
+entries Pi's loader keeps, and the sums of ``AgentSession.getSessionStats`` with usage numbers read
+by the store's documented rule (odd values count as 0, where Pi would concatenate or throw; Pi's
+own numbers are compared in ``test_stats_oracle``)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _count(value: Any) -> int:
 
 
 def pi_stats(entries: list[Any]) -> dict[str, Any]:
-    """``getSessionStats`` over ``entries`` (usage numbers read as the store documents)."""
+    """``getSessionStats``'s sums over ``entries``, usage numbers read by the store's rule."""
     stats = {"userMessages": 0, "assistantMessages": 0, "toolCalls": 0, "toolResults": 0, "totalMessages": 0,
              "input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "cost": 0.0, "records": 0}
 

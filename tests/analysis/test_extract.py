@@ -91,6 +91,8 @@ def test_stored_strings_are_clean_and_bounded() -> None:
 
 
 def test_odd_usage_counts_as_zero() -> None:
+    """The store's rule, not Pi's: Pi adds such values as they are (string concatenation, TypeError
+    on a missing ``cost``; see test_stats_oracle)."""
     odd = {"input": "12", "output": 1.5, "cacheRead": True, "cacheWrite": 2.0, "cost": {"total": float("inf")}}
     row = message({"role": "assistant", "content": [], "usage": odd})
     assert (row["has_usage"], row["usage_input"], row["usage_output"], row["usage_cache_read"],

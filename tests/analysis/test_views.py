@@ -43,8 +43,9 @@ def test_history_holds_the_fixtures_and_the_corpus(history: History) -> None:
     assert any(name.startswith("v3-real-") for name in names) or not CORPUS_DIR.is_dir()
 
 
-def test_usage_and_message_counts_equal_pis_session_stats(history: History) -> None:
-    """/session over every file: counts exactly, token sums exactly, cost as the same double."""
+def test_usage_and_message_counts_equal_the_raw_sums(history: History) -> None:
+    """Stats and the views over every file against sums computed from the raw JSONL: counts and
+    token sums exactly, cost as the same double (Pi's own numbers: test_stats_oracle)."""
     overview = {row.id: row for row in rows(history, "SELECT * FROM sessions_overview")}
     ledger = by_session(history, "SELECT * FROM usage_ledger")
     messages = by_session(history, "SELECT session_id, role FROM messages")
