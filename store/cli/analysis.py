@@ -13,7 +13,6 @@ from store.analysis.search import SearchHit, search
 from store.analysis.stats import SessionStats, session_stats
 from store.cli.app import current_store, emit, main
 from store.db.engine import write_transaction
-from store.errors import StoreError
 
 
 @main.command("sql")
@@ -22,10 +21,7 @@ from store.errors import StoreError
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")
 def sql_command(query: str, as_json: bool, as_csv: bool) -> None:
     """Run one read-only SQL statement (views: docs/sql.md) and print the result."""
-    try:
-        result = run_sql(current_store().engine, query)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    result = run_sql(current_store().engine, query)
     if as_json:
         emit(to_rows_json(result))
     elif as_csv:
@@ -44,10 +40,7 @@ def sql_command(query: str, as_json: bool, as_csv: bool) -> None:
 def search_command(query: str, session: str | None, role: str | None, path_only: bool, limit: int,
                    as_json: bool) -> None:
     """Full-text search: words, "phrases", prefix*, -excluded, OR. Newest hits first."""
-    try:
-        hits = search(current_store().engine, query, session=session, role=role, path_only=path_only, limit=limit)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    hits = search(current_store().engine, query, session=session, role=role, path_only=path_only, limit=limit)
     if as_json:
         emit([hit.to_json() for hit in hits])
         return
@@ -68,10 +61,7 @@ def _hit_line(hit: SearchHit) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def stats_command(session: str | None, as_json: bool) -> None:
     """Messages, tool calls, tokens and cost of a session (all sessions without SESSION), per model."""
-    try:
-        stats = session_stats(current_store().engine, session)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    stats = session_stats(current_store().engine, session)
     if as_json:
         emit(stats.to_json())
         return

@@ -6,11 +6,23 @@ import sys
 
 import click
 
+from store.errors import StoreError
 from store.format import js_stringify
 from store.session_store import SessionStore
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: what the store raises on purpose (``StoreError``) is printed as its
+    message with exit status 1, from every command, instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "url", envvar="PI_STORE_DB", help="Database URL (default: $PI_STORE_DB or a SQLite file).")
 @click.pass_context
 def main(ctx: click.Context, url: str | None) -> None:

@@ -6,7 +6,6 @@ import click
 
 from store import services
 from store.cli.app import current_store, emit, main
-from store.errors import StoreError
 from store.format.jsvalue import prop
 
 SUMMARIZERS = ("openai", "deterministic")
@@ -43,7 +42,7 @@ def compact_command(session: str, keep_recent: int, reserve: int, dry_run: bool,
         engine = (services.DeterministicSummarizer() if summarizer == "deterministic"
                   else services.OpenAICompatibleSummarizer.from_env())
         entry_id = manager.compact(engine, settings)
-    except (StoreError, services.SummaryFailed, ValueError) as exc:
+    except (services.SummaryFailed, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     emit({"sessionId": session, "compacted": True, "compactionId": entry_id,
           "tokensBefore": preparation.tokens_before, "firstKeptEntryId": preparation.first_kept_entry_id})

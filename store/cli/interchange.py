@@ -19,7 +19,6 @@ from sqlalchemy.exc import OperationalError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
-from store.errors import StoreError
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import ImportReport
@@ -186,22 +185,19 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
     """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all."""
     if (session is None) == (all_dir is None):
         raise click.UsageError("give a SESSION or --all DIR")
-    try:
-        if all_dir is not None:
-            def report(exported: ExportedFile) -> None:
-                if as_json:
-                    emit(exported.to_json())
-                else:
-                    click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+    if all_dir is not None:
+        def report(exported: ExportedFile) -> None:
+            if as_json:
+                emit(exported.to_json())
+            else:
+                click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
 
-            export_all(current_store(), all_dir, as_migrated=as_migrated, progress=report)
-        elif output:
-            current_store().export_jsonl(session, output, as_migrated=as_migrated)
-        else:
-            for chunk in current_store().iter_export(session, as_migrated=as_migrated):
-                sys.stdout.buffer.write(chunk)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        export_all(current_store(), all_dir, as_migrated=as_migrated, progress=report)
+    elif output:
+        current_store().export_jsonl(session, output, as_migrated=as_migrated)
+    else:
+        for chunk in current_store().iter_export(session, as_migrated=as_migrated):
+            sys.stdout.buffer.write(chunk)
 
 
 @main.command("verify")
@@ -213,23 +209,20 @@ def verify_command(session: str | None, everything: bool, as_json: bool) -> None
     the stored one, and report missing parents, duplicate ids and cycles. Exit 1 if any differs."""
     if (session is None) == (not everything):
         raise click.UsageError("give a SESSION or --all")
-    try:
-        reports = verify_all(current_store()) if everything else [verify_session(current_store(), session)]
-        failed = 0
-        for health in reports:
-            failed += not health.ok
-            if as_json:
-                emit(health.to_json())
-                continue
-            checks = [("bytes", health.bytes_ok), ("canonical", health.canonical_ok), ("tree", health.tree_ok)]
-            verdicts = ", ".join(f"{name} {'ok' if ok else 'DIFFERS'}" for name, ok in checks if ok is not None)
-            click.echo(f"{'ok' if health.ok else 'FAILED'} {health.session_id}: {verdicts or 'no checks'}; "
-                       f"{health.rows} lines, {health.entries} entries, {health.skipped} skipped, "
-                       f"{health.missing_parents} missing parents, {health.duplicate_ids} duplicate ids, "
-                       f"{health.cycles} cycles")
-            for detail in health.details:
-                click.echo(f"  {detail}")
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    reports = verify_all(current_store()) if everything else [verify_session(current_store(), session)]
+    failed = 0
+    for health in reports:
+        failed += not health.ok
+        if as_json:
+            emit(health.to_json())
+            continue
+        checks = [("bytes", health.bytes_ok), ("canonical", health.canonical_ok), ("tree", health.tree_ok)]
+        verdicts = ", ".join(f"{name} {'ok' if ok else 'DIFFERS'}" for name, ok in checks if ok is not None)
+        click.echo(f"{'ok' if health.ok else 'FAILED'} {health.session_id}: {verdicts or 'no checks'}; "
+                   f"{health.rows} lines, {health.entries} entries, {health.skipped} skipped, "
+                   f"{health.missing_parents} missing parents, {health.duplicate_ids} duplicate ids, "
+                   f"{health.cycles} cycles")
+        for detail in health.details:
+            click.echo(f"  {detail}")
     if failed:
         raise SystemExit(1)

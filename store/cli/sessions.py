@@ -7,7 +7,6 @@ import click
 from store.analysis.listing import SORTS
 from store.cli.app import current_store, emit, main
 from store.describe import describe_session
-from store.errors import StoreError
 from store.format.jsdate import parse_js_date
 
 
@@ -31,10 +30,7 @@ def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, c
                "since_ms": _date_ms(since, "--since"), "until_ms": _date_ms(until, "--until"),
                "limit": None if limit is None else limit + 1}
     store = current_store()
-    try:
-        infos = store.list(cwd, **options) if cwd else store.list_all(**options)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    infos = store.list(cwd, **options) if cwd else store.list_all(**options)
     next_cursor = None
     if limit is not None and len(infos) > limit:
         infos = infos[:limit]
@@ -66,7 +62,4 @@ def _date_ms(value: str | None, option: str) -> int | None:
 @click.option("--all-leaves", is_flag=True, help="Also give the path of every entry taken as leaf.")
 def inspect_command(session: str, leaf: str | None, all_leaves: bool) -> None:
     """Print one JSON document shaped like the oracle's describe.mjs output."""
-    try:
-        emit(describe_session(current_store(), session, leaf, all_leaves))
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    emit(describe_session(current_store(), session, leaf, all_leaves))
