@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import orjson
 
+from store.format.jsjson import js_number
 from store.format.jsvalue import truthy
 
 ANALYSIS_COLUMNS: Final = (
@@ -214,7 +215,7 @@ def _leaves(value: Any, out: list[str]) -> None:
         for item in value:
             _leaves(item, out)
     elif _is_number(value):
-        out.append(repr(value))
+        out.append(js_number(value))  # as the number reads in the JSON line: 1.0 is "1", 1e-7 "1e-7"
 
 
 def _clean_json(value: Any) -> Any:

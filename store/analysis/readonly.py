@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import csv
 import io
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from sqlalchemy import Connection, Engine
 from store.analysis import fts
 from store.db.engine import is_sqlite
 from store.errors import StoreError
+from store.format import js_stringify
 
 CELL_WIDTH = 80
 
@@ -81,15 +81,12 @@ def json_value(value: Any) -> Any:
 
 
 def cell_text(value: Any) -> str:
-    """A cell as text (CSV and table): NULL is empty, JSON values compact, booleans lowercase."""
+    """A cell as text (CSV and table): NULL is empty, everything else as ``--json`` writes it
+    (JSON.stringify's form), strings without their quotes."""
     value = json_value(value)
     if value is None:
         return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value)
+    return value if isinstance(value, str) else js_stringify(value)
 
 
 def to_rows_json(result: ResultSet) -> list[dict]:

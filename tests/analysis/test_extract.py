@@ -38,6 +38,9 @@ def test_assistant_text_thinking_tool_calls_and_usage() -> None:
                        {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "/a/b.py", "limit": 5}},
                    ]})
     assert row["search_text"] == "I will read it\nlet me think\nread\n/a/b.py\n5"
+    numbers = message({"role": "assistant", "content": [
+        {"type": "toolCall", "id": "c2", "name": "calc", "arguments": {"x": 1.0, "y": 1.5e-7}}]})
+    assert numbers["search_text"] == "\ncalc\n1\n1.5e-7"  # numbers as JavaScript writes them
     assert row["facts"] == {"stopReason": "toolUse", "totalTokens": 127, "textChars": 14, "toolCalls": [
         {"id": "c1", "name": "read", "arguments": {"path": "/a/b.py", "limit": 5}}]}
     assert (row["provider"], row["model"], row["has_usage"]) == ("anthropic", "claude", 1)

@@ -143,6 +143,8 @@ def test_formats() -> None:
         ["n", "name", "data", "missing"], ["1", "a,b", '{"k":[1,2]}', ""], ["2.5", "é\nx", "[]", ""]]
     table = to_table(result).splitlines()
     assert table[0].split(" | ")[0].strip() == "n" and table[-1] == "(2 rows)" and "é x" in table[3]
+    numbers = ResultSet(["cost", "big", "flag"], [(1e-05, 1e16, True)])  # as --json writes them
+    assert to_csv(numbers).splitlines()[1] == "0.00001,10000000000000000,true"
 
 
 def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> None:
