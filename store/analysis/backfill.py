@@ -6,6 +6,8 @@ after the extraction rules change. Writes go through the caller's transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection
 
 from store.analysis import fts
@@ -15,22 +17,25 @@ from store.format import JsonLineError, js_parse
 
 BATCH = 2000
 _SELECT = "SELECT pk, line FROM entries WHERE kind = 'entry' AND pk > ? ORDER BY pk LIMIT ?"
-_UPDATE = f"UPDATE entries SET {', '.join(f'{c} = ?' for c in ANALYSIS_COLUMNS)} WHERE pk = ?"
 
 
-def recompute_analysis(conn: Connection) -> int:
+def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS) -> int:
     """Recompute every entry's analysis columns and the search index; returns the number of
-    entry rows."""
+    entry rows. ``columns``: the ones to write (a migration names those that exist at its
+    revision, so that columns added later do not break its upgrade)."""
     fts.clear(conn)  # SQLite: nothing is indexed while the text changes (no per-row index work)
     cursor = conn.connection.dbapi_connection.cursor()
-    select, update = dbapi_sql(conn.dialect, _SELECT), dbapi_sql(conn.dialect, _UPDATE)
+    positions = [ANALYSIS_COLUMNS.index(column) for column in columns]
+    select = dbapi_sql(conn.dialect, _SELECT)
+    update = dbapi_sql(conn.dialect, f"UPDATE entries SET {', '.join(f'{c} = ?' for c in columns)} WHERE pk = ?")
     last, count = 0, 0
     while True:
         cursor.execute(select, (last, BATCH))
         rows = cursor.fetchall()
         if not rows:
             break
-        cursor.executemany(update, [(*_analysis_of(line), pk) for pk, line in rows])
+        values = [(_analysis_of(line), pk) for pk, line in rows]
+        cursor.executemany(update, [(*(analysis[i] for i in positions), pk) for analysis, pk in values])
         last, count = rows[-1][0], count + len(rows)
     fts.catch_up(conn)
     return count
