@@ -20,7 +20,8 @@ from sqlalchemy import Connection, bindparam, func, select, update
 
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
-from store.db.writes import db_text, dbapi_sql, entry_values, insert_rows, insert_session
+from store.db.stored_text import db_text
+from store.db.writes import dbapi_sql, entry_values, insert_rows, insert_session
 from store.format.jsdate import parse_js_date
 from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState

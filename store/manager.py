@@ -25,7 +25,8 @@ from store.db import queries
 from store.db.appends import AppendCursor
 from store.db.engine import driver_write_transaction, read_transaction, write_transaction
 from store.db.schema import entries as entries_table
-from store.db.writes import ROW_COLUMNS, db_text, entry_values, insert_rows, insert_session
+from store.db.stored_text import db_text
+from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
 from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import UNDEFINED, prop

@@ -36,11 +36,11 @@ an int or a str, and a SQLite trigger costs every inserted row, so there are nei
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Final
 
 import orjson
 
+from store.db.stored_text import clean_text, db_text
 from store.format.jsjson import js_number
 from store.format.jsvalue import truthy
 
@@ -52,19 +52,6 @@ SEARCH_TEXT_LIMIT: Final = 65_536
 _NO_USAGE: Final = (0, 0, 0, 0, 0, 0.0)  # has_usage, then the numbers
 NO_ANALYSIS: Final = ("", "{}", "", "", *_NO_USAGE)
 _MAX_BIGINT: Final = 2**63 - 1
-_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
-
-
-def clean_text(text: str) -> str:
-    """``text`` with lone surrogates and NUL replaced by U+FFFD (storable on both engines)."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")  # in C, several times faster than a regex scan: surrogates are rare
-        except UnicodeEncodeError:
-            return _UNSTORABLE.sub("\ufffd", text)
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
 def analysis_values(value: dict) -> tuple:
     """The ``ANALYSIS_COLUMNS`` of one entry (a parsed JSON object of kind ``entry``)."""
     kind = value.get("type")
@@ -84,10 +71,10 @@ def analysis_values(value: dict) -> tuple:
     facts: dict[str, Any] = {}
     if kind in ("compaction", "branch_summary"):
         if kind == "compaction":
-            _put_str(facts, "firstKeptEntryId", value.get("firstKeptEntryId"))
+            _put_id(facts, "firstKeptEntryId", value.get("firstKeptEntryId"))
             _put_tokens(facts, "tokensBefore", value.get("tokensBefore"))
         else:
-            _put_str(facts, "fromId", value.get("fromId"))
+            _put_id(facts, "fromId", value.get("fromId"))
         _put_flag(facts, "fromHook", value.get("fromHook"))
         usage = value.get("usage")
         return _row(_str(value.get("summary")), (), facts, usage=_usage(usage, facts) if truthy(usage) else _NO_USAGE)
@@ -272,6 +259,12 @@ def _str(value: Any) -> str:
 def _put_str(facts: dict, key: str, value: Any) -> None:
     if isinstance(value, str):
         facts[key] = clean_text(value)
+
+
+def _put_id(facts: dict, key: str, value: Any) -> None:
+    """An entry id, in the form ``entries.entry_id`` holds it (``db_text``), so that they join."""
+    if isinstance(value, str):
+        facts[key] = db_text(value)
 
 
 def _put_number(facts: dict, key: str, value: Any) -> None:

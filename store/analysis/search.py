@@ -178,15 +178,13 @@ LEFT JOIN entries AS leaf ON leaf.session_pk = s.pk AND leaf.seq = s.leaf_seq
 LEFT JOIN entries AS c ON c.session_pk = s.pk AND c.seq = leaf.compaction_seq
 WHERE s.pk = :spk
 """)
-_LAST_WITH_ID = text("SELECT seq, depth FROM entries WHERE session_pk = :spk AND entry_id = :id AND kind = 'entry' "
-                     "ORDER BY seq DESC LIMIT 1")
 _EDITS = text("SELECT target_id, seq, depth, facts ->> 'hides' AS hides FROM entries "
               "WHERE session_pk = :spk AND type = 'context_edit' AND kind = 'entry' AND type <> 'message'")
 
 
 @dataclass(slots=True)
 class _SessionPath:
-    """What provenance needs of one session, read once per session (four index lookups): its
+    """What provenance needs of one session, read once per session (a few index lookups): its
     current path, the latest compaction on it, and its context edits."""
 
     session_id: str
@@ -201,8 +199,8 @@ class _SessionPath:
         path = cls(session.session_id, queries.path_runs(conn, session_pk, session.leaf_seq))
         if session.compaction_seq is not None:
             path.compaction = (session.compaction_seq, session.compaction_depth)
-            kept = (conn.execute(_LAST_WITH_ID, {"spk": session_pk, "id": session.kept_id}).first()
-                    if session.kept_id is not None else None)
+            kept_seq = queries.seq_of(conn, session_pk, session.kept_id)  # None for a missing id
+            kept = queries.tree_columns_of(conn, session_pk, kept_seq) if kept_seq is not None else None
             if kept is not None and path.contains(kept.seq) and kept.depth < session.compaction_depth:
                 path.kept_depth = kept.depth
         for edit in conn.execute(_EDITS, {"spk": session_pk}):

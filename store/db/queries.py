@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
 from store.db.schema import entries, sessions
-from store.db.writes import db_text
+from store.db.stored_text import db_text
 from store.errors import SessionNotFound
 
 _RUNS = """

@@ -5,13 +5,13 @@ Appends to an existing session go through ``store.db.appends`` instead.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, insert
 
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.schema import sessions
+from store.db.stored_text import db_text
 from store.format.jsvalue import prop
 from store.tree_columns import TreeColumns
 
@@ -20,22 +20,6 @@ ROW_COLUMNS = (
     "raw", "eol", "parent_seq", "depth", "run_start", "compaction_seq", "thinking_seq", "model_seq",
     "superseded", *ANALYSIS_COLUMNS,
 )
-
-
-_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
-
-
-def db_text(value: str) -> str:
-    """A string a database text column can hold, written the way JSON.stringify escapes it: lone
-    surrogates (legal in JSON, not in UTF-8) and NUL (PostgreSQL text cannot hold it) become the
-    text ``\\udxxx`` / ``\\u0000``. Entry ids are stored and looked up in this form."""
-    if value.isascii():
-        return value if "\x00" not in value else value.replace("\x00", "\\u0000")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
-    return value if "\x00" not in value else value.replace("\x00", "\\u0000")
 
 
 def _text(value: Any) -> str | None:

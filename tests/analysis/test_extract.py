@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, SEARCH_TEXT_LIMIT, analysis_values
+from store.db.stored_text import db_text
 
 
 def values(entry: dict) -> dict:
@@ -66,6 +67,8 @@ def test_other_entries() -> None:
     assert compaction["search_text"] == "we did x" and compaction["has_usage"] == 1
     assert compaction["facts"] == {"firstKeptEntryId": "k", "tokensBefore": 900, "fromHook": 0, "totalTokens": 127}
     assert values({"type": "branch_summary", "summary": "left", "fromId": "f"})["facts"] == {"fromId": "f"}
+    odd = values({"type": "compaction", "summary": "s", "firstKeptEntryId": "a\x00\ud800", "tokensBefore": 1})
+    assert odd["facts"]["firstKeptEntryId"] == db_text("a\x00\ud800") == "a\\u0000\\ud800"  # as entry_id holds it
     usage = values({"type": "usage", "kind": "cache_warm", "provider": "p", "model": "m", "usage": USAGE})
     assert (usage["search_text"], usage["model"], usage["has_usage"], usage["facts"]["kind"]) == ("", "m", 1,
                                                                                                  "cache_warm")

@@ -1,0 +1,34 @@
+"""Strings as the database's text columns hold them, the same on SQLite and PostgreSQL: lone
+surrogates (legal in JSON, not in UTF-8) and NUL (PostgreSQL text cannot hold it) cannot be stored."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+
+
+def _storable(value: str, replace: Callable[[re.Match], str]) -> str:
+    if value.isascii():
+        return value if "\x00" not in value else _UNSTORABLE.sub(replace, value)
+    try:
+        value.encode("utf-8")  # in C, several times faster than a regex scan: surrogates are rare
+    except UnicodeEncodeError:
+        return _UNSTORABLE.sub(replace, value)
+    return value if "\x00" not in value else _UNSTORABLE.sub(replace, value)
+
+
+def _escape(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def db_text(value: str) -> str:
+    """``value`` with the unstorable characters written as JSON.stringify escapes them
+    (``\\udxxx``, ``\\u0000``): entry ids are stored and looked up in this form."""
+    return _storable(value, _escape)
+
+
+def clean_text(value: str) -> str:
+    """``value`` with the unstorable characters replaced by U+FFFD (text to read and search)."""
+    return _storable(value, lambda _match: "\ufffd")
