@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,31 @@ class Clock:
         return self.now
 
 
+def _unreachable(exc: Exception) -> str:
+    """Why the PostgreSQL half is skipped (also shown in capitals at the end of the run)."""
+    _pg_state["skip"] = f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}"
+    return _pg_state["skip"]
+
+
+@contextmanager
+def scratch_pg_database(prefix: str) -> Iterator[str]:
+    """The URL of a new database of its own on the test server, dropped afterwards; skips the
+    calling test (loudly, see ``pytest_terminal_summary``) when the server cannot be reached."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        pytest.skip(_unreachable(exc))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 def _pg_database() -> str | None:
     """URL of this run's PostgreSQL database, or None (reason in ``_pg_state['skip']``)."""
     if "url" in _pg_state:
@@ -46,7 +72,7 @@ def _pg_database() -> str | None:
         admin.dispose()
     except Exception as exc:
         _pg_state["url"] = None
-        _pg_state["skip"] = f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}"
+        _unreachable(exc)
         return None
     _pg_state["url"] = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     _pg_state["name"] = name

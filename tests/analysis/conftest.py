@@ -9,18 +9,15 @@ resets between tests.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from store.errors import StoreError
 from store.session_store import SessionStore
-from tests.conftest import PG_URL
+from tests.conftest import scratch_pg_database
 from tests.oracle_support import CORPUS_DIR, FIXTURES
 
 
@@ -57,18 +54,5 @@ def history(request, tmp_path_factory) -> Iterator[History]:
         with SessionStore.connect(f"sqlite:///{tmp_path_factory.mktemp('history') / 'history.db'}") as store:
             yield History(store, _import_all(store), "sqlite")
         return
-    name = f"pi_store_analysis_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}")
-    try:
-        url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-        with SessionStore.connect(url) as store:
-            yield History(store, _import_all(store), "postgresql")
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_pg_database("pi_store_analysis") as url, SessionStore.connect(url) as store:
+        yield History(store, _import_all(store), "postgresql")

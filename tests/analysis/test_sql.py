@@ -10,20 +10,17 @@ import math
 import re
 import subprocess
 import sys
-import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from store.analysis.readonly import QueryFailed, ResultSet, run_sql, to_csv, to_rows_json, to_table
 from store.errors import StoreError
 from store.session_store import SessionStore
 from tests.analysis.conftest import History, history_files
-from tests.conftest import PG_URL
+from tests.conftest import scratch_pg_database
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 
@@ -89,15 +86,8 @@ VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compact
 def test_both_engines_give_the_same_rows(tmp_path: Path) -> None:
     """The same files imported into SQLite and PostgreSQL: every view, row for row."""
     files = [p for p in history_files() if p.stat().st_size < 600_000][:40]
-    name = f"pi_store_agree_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}")
-    try:
-        urls = [f"sqlite:///{tmp_path / 'agree.db'}", make_url(PG_URL).set(database=name).render_as_string(False)]
+    with scratch_pg_database("pi_store_agree") as pg_url:
+        urls = [f"sqlite:///{tmp_path / 'agree.db'}", pg_url]
         results: list[dict[str, list]] = []
         for url in urls:
             with SessionStore.connect(url) as store:
@@ -112,13 +102,9 @@ def test_both_engines_give_the_same_rows(tmp_path: Path) -> None:
                     keep = [i for i, c in enumerate(result.columns) if c != "session_pk"]
                     views[view] = sorted((tuple(_normal(row[i]) for i in keep) for row in result.rows), key=repr)
                 results.append(views)
-        for view in VIEWS:
-            assert results[0][view] == results[1][view], view
-            assert results[0][view], view
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    for view in VIEWS:
+        assert results[0][view] == results[1][view], view
+        assert results[0][view], view
 
 
 def test_the_connection_is_read_only(store: SessionStore) -> None:
