@@ -9,11 +9,12 @@ or re-encodes text.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
@@ -63,6 +64,20 @@ def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False) 
             yield b"".join(buffer)
     finally:
         cursor.close()
+
+
+def session_sha256(conn: Connection, session_pk: int, limit: int | None = None) -> tuple[Any, int]:
+    """sha256 of what export writes for a stored session (of its first ``limit`` bytes when given),
+    and how many bytes that hashed."""
+    hasher, size = hashlib.sha256(), 0
+    for chunk in session_bytes(conn, session_pk):
+        if limit is not None:
+            chunk = chunk[:limit - size]
+        hasher.update(chunk)
+        size += len(chunk)
+        if limit is not None and size >= limit:
+            break
+    return hasher, size
 
 
 def iter_export(store: SessionStore, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:

@@ -40,7 +40,7 @@ from store.db.schema import entries, imports, sessions
 from store.errors import ImportFailed, SessionExists
 from store.format.lines import RawLine
 from store.gc_pause import gc_paused
-from store.interchange.exporting import session_bytes
+from store.interchange.exporting import session_sha256
 from store.interchange.reading import (
     WORKER_MIN_BYTES,
     FileRows,
@@ -252,7 +252,7 @@ def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_
             reason += f" (Pi migrates a v{session.migrated_from} file to v3 and rewrites it when it opens it)"
     else:
         hasher = sha256_of(stream, size)
-        if hasher.digest() == _stored_prefix_sha(conn, session.pk, size):
+        if hasher.digest() == session_sha256(conn, session.pk, limit=size)[0].digest():
             return _Plan(UNCHANGED, session, hasher)  # an older copy: the store holds all of it and more
         reason = (f"the file has {size} bytes, fewer than the {stored_bytes} stored, and is not their beginning: "
                   "it was truncated or rewritten")
@@ -267,17 +267,6 @@ def _can_append(conn: Connection, session: Row) -> bool:
     eol = conn.execute(select(entries.c.eol).where(entries.c.session_pk == session.pk,
                                                    entries.c.seq == session.last_seq)).scalar()
     return bool(eol)
-
-
-def _stored_prefix_sha(conn: Connection, session_pk: int, size: int) -> bytes:
-    hasher = hashlib.sha256()
-    left = size
-    for chunk in session_bytes(conn, session_pk):
-        hasher.update(chunk[:left])
-        left -= min(left, len(chunk))
-        if not left:
-            break
-    return hasher.digest()
 
 
 def _record(conn: Connection, source: str, session_pk: int, size: int, sha256: str, mtime: float) -> int:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from store.db import queries
 from store.db.engine import read_transaction
 from store.db.schema import entries, sessions
 from store.format import js_parse, js_stringify
-from store.interchange.exporting import session_bytes
+from store.interchange.exporting import session_sha256
 from store.loading import ENTRY, SKIPPED, VALUE
 from store.tree_columns import CYCLE, DUPLICATE_ID, MISSING_PARENT, NONE, StoredTree, TreeBuilder
 
@@ -81,10 +80,7 @@ def verify_all(store: SessionStore) -> Iterator[Health]:
 
 def _verify(conn: Connection, session: Row) -> Health:
     health = Health(session.session_id)
-    hasher = hashlib.sha256()
-    for chunk in session_bytes(conn, session.pk):
-        hasher.update(chunk)
-        health.size += len(chunk)
+    hasher, health.size = session_sha256(conn, session.pk)  # the bytes export writes, re-read on purpose
     health.sha256 = hasher.hexdigest()
     if session.source_sha256 is not None:
         health.bytes_ok = health.sha256 == session.source_sha256 and health.size == session.source_bytes
