@@ -27,16 +27,14 @@ from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
 from store.loading import ENTRY, EXTRA_HEADER, HEADER, SKIPPED, VALUE, LineRow, LineWarning
 from store.tree_columns import (
-    COMPACTION,
-    MODEL,
     NONE,
-    THINKING,
     TREE,
     StoredRows,
     StoredTree,
     TreeBuilder,
     TreeColumns,
     TreeOutcome,
+    setting_flags,
 )
 
 CHUNK_ROWS = 2000
@@ -173,15 +171,7 @@ class SessionWriter:
                        c.model_seq)
                 .where(c.session_pk == self.session_pk).order_by(c.seq))
         for kind, entry_type, role, *columns in self.conn.execute(stmt):
-            flags = 0
-            if kind in (ENTRY, VALUE):
-                flags = TREE
-                if entry_type == "compaction":
-                    flags |= COMPACTION
-                elif entry_type == "thinking_level_change":
-                    flags |= THINKING
-                elif entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
-                    flags |= MODEL
+            flags = TREE | setting_flags(entry_type, role) if kind in (ENTRY, VALUE) else 0
             yield (flags, *(NONE if cell is None else cell for cell in columns))
 
     def look_up_stored(self, rows: list[LineRow], builder: RowBuilder) -> None:

@@ -45,18 +45,24 @@ class PathProblem:
 MISSING_PARENT, DUPLICATE_ID, CYCLE = "missing parent", "duplicate id", "cycle"
 
 
-def setting_kinds(value: Any) -> tuple[bool, bool, bool]:
-    """Whether an entry is a compaction, a thinking-level change, a model source."""
-    if not isinstance(value, dict):
-        return False, False, False
-    kind = value.get("type")
-    is_model = kind == "model_change" or (kind == "message" and prop(value.get("message"), "role") == "assistant")
-    return kind == "compaction", kind == "thinking_level_change", is_model
+TREE, COMPACTION, THINKING, MODEL = 1, 2, 4, 8  # row flags
+
+
+def setting_flags(entry_type: Any, role: Any) -> int:
+    """The setting a tree row of this type (and message role) sets: ``COMPACTION``, ``THINKING``,
+    ``MODEL`` (a model change or an assistant message), or 0."""
+    if entry_type == "compaction":
+        return COMPACTION
+    if entry_type == "thinking_level_change":
+        return THINKING
+    if entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
+        return MODEL
+    return 0
 
 
 def derive_child(seq: int, entry_id: str | None, value: Any, parent: TreeColumns | None) -> TreeColumns:
     """Columns of a row appended at ``seq`` whose parent row is ``parent`` (None: a new root)."""
-    is_compaction, is_thinking, is_model = setting_kinds(value)
+    flags = setting_flags(value.get("type"), prop(value.get("message"), "role")) if isinstance(value, dict) else 0
     cols = TreeColumns(seq, entry_id)
     if parent is not None:
         cols.parent_seq = parent.seq
@@ -67,11 +73,11 @@ def derive_child(seq: int, entry_id: str | None, value: Any, parent: TreeColumns
         )
     else:
         cols.run_start = seq
-    if is_compaction:
+    if flags == COMPACTION:
         cols.compaction_seq = seq
-    if is_thinking:
+    elif flags == THINKING:
         cols.thinking_seq = seq
-    if is_model:
+    elif flags == MODEL:
         cols.model_seq = seq
     return cols
 
@@ -80,7 +86,6 @@ def derive_child(seq: int, entry_id: str | None, value: Any, parent: TreeColumns
 # streaming a whole file
 
 NONE = -1  # no row
-TREE, COMPACTION, THINKING, MODEL = 1, 2, 4, 8  # row flags
 _HEX = "0123456789abcdef"
 _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
 _MASK64 = 2**64 - 1
@@ -240,7 +245,7 @@ class TreeBuilder:
             compaction, thinking, model = (_row(above.compaction_seq), _row(above.thinking_seq),
                                            _row(above.model_seq))
         flags = TREE
-        if kind == "message":  # setting_kinds, inlined: this runs once per row of every import
+        if kind == "message":  # setting_flags, inlined: this runs once per row of every import
             message = value.get("message")
             if message.__class__ is dict and message.get("role") == "assistant":
                 model, flags = seq, TREE | MODEL
