@@ -279,10 +279,8 @@ def advance_session(conn: Connection, session_pk: int, summary: RowsSummary) -> 
     if not summary.rows:
         return
     listing = summary.listing
-    stored_leaf = conn.execute(select(sessions.c.leaf_seq).where(sessions.c.pk == session_pk)).scalar()
     AppendCursor.on(conn).advance(
-        session_pk, last_seq=summary.first_seq + summary.rows - 1,
-        leaf_seq=summary.leaf_seq if summary.leaf_seq is not None else stored_leaf,
+        session_pk, last_seq=summary.first_seq + summary.rows - 1, leaf_seq=summary.leaf_seq,
         entries=summary.entries, messages=listing.message_count, activity_ms=listing.last_activity_ms,
         first_message=_db_text(listing.first_message or None),
         name=(_db_text(listing.name),) if summary.named else None,

@@ -20,7 +20,7 @@ _LOCK_PG = "SELECT last_seq FROM sessions WHERE pk = ? FOR UPDATE"
 _ADVANCE = """
 UPDATE sessions SET
     last_seq = ?,
-    leaf_seq = ?,
+    leaf_seq = COALESCE(CAST(? AS INTEGER), leaf_seq),
     entry_count = entry_count + ?,
     message_count = message_count + ?,
     activity_ms = CASE WHEN CAST(? AS BIGINT) IS NULL THEN activity_ms
@@ -75,7 +75,8 @@ class AppendCursor:
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,
                 conversation: bool, listable: bool) -> None:
-        """Record appended rows in the session row (counters, leaf, listing columns)."""
+        """Record appended rows in the session row (counters, listing columns, and the leaf unless
+        ``leaf_seq`` is None: appended rows that hold no entry leave it where it was)."""
         act = None if activity_ms is None else int(activity_ms)
         self._cursor.execute(self._advance, (
             last_seq, leaf_seq, entries, messages,
