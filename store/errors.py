@@ -37,3 +37,19 @@ class InvalidEntry(StoreError, ValueError):
 
 class ImportFailed(StoreError):
     """A file could not be imported; nothing of it was stored. The message names file and line."""
+
+
+class SessionChanged(StoreError):
+    """Another writer changed the session since this manager last read or wrote it; nothing was
+    written. ``refresh()`` the manager (its leaf follows the stored session) and decide again."""
+
+    def __init__(self, session_id: str, expected: int, found: int | None) -> None:
+        found_text = "it was deleted" if found is None else f"found version {found}"
+        super().__init__(f"session {session_id} changed since this manager last saw it (expected version "
+                         f"{expected}, {found_text}); nothing was written: refresh() and try again")
+        self.session_id, self.expected, self.found = session_id, expected, found
+
+
+class SessionClaimed(StoreError):
+    """The session is claimed by another writer (or this writer's claim was taken over: its
+    fencing token is stale); nothing was written."""

@@ -101,6 +101,18 @@ class SessionRow(Base):
     source_sha256: Mapped[str | None] = mapped_column(String(64))
     source_bytes: Mapped[int | None] = mapped_column(BigInteger)
     source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # ownership (migration 0004, docs/design.md "Many writers, one truth")
+    row_version: Mapped[int] = mapped_column(
+        BigInteger, server_default="0", doc="write transactions that changed the session (optimistic writes)"
+    )
+    claim_owner: Mapped[str | None] = mapped_column(Text, doc="the writer holding the session's claim")
+    claim_token: Mapped[int] = mapped_column(
+        BigInteger, server_default="0", doc="fencing token: grows with every claim, never goes back"
+    )
+    claim_expires_ms: Mapped[int | None] = mapped_column(BigInteger, doc="when another writer may take over")
+    diverged_seq: Mapped[int | None] = mapped_column(
+        Integer, doc="first row the store wrote to a session imported from a file (NULL: the file's history)"
+    )
 
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
