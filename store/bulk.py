@@ -270,6 +270,8 @@ def finish_session(conn: Connection, session_pk: int, head: dict | None, summary
         pi_valid=pi_valid,
         pi_listable=listable,
         has_conversation=summary.conversation,
+        row_version=sessions.c.row_version + 1,  # a stored-again session is a change open managers must see
+        diverged_seq=None,  # every row is the file's (or, made from entries, there is no file)
         **more,
     ))
 

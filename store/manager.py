@@ -13,7 +13,7 @@ and the manager keeps its previous leaf.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,20 @@ from store.db.engine import driver_write_transaction, read_transaction, write_tr
 from store.db.schema import entries as entries_table
 from store.db.stored_text import db_text
 from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
-from store.errors import EntryNotFound, InvalidEntry, NotEditable, NotOnActiveBranch, SessionExists
+from store.errors import (
+    EntryNotFound,
+    InvalidEntry,
+    NotEditable,
+    NotOnActiveBranch,
+    SessionClaimed,
+    SessionExists,
+    SessionNotFound,
+)
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import UNDEFINED, prop
 from store.gc_pause import gc_paused
 from store.listing import ListingState, trimmed_session_name
+from store.ownership import Claim, check_write, release_claim, renew_claim, take_claim
 from store.tree import TreeNode, build_tree, resolve_labels
 from store.tree_columns import TreeColumns, derive_child
 
@@ -73,18 +82,36 @@ class SessionManager:
         self._persist = persist
         self._flushed = flushed
         self._batch: _Batch | None = None
+        self._claim: Claim | None = None
         self._load_identity()
 
-    def _load_identity(self) -> None:
+    def _load_identity(self, session_id: str | None = None) -> None:
+        """Read identity, version and leaf from the session row (``session_id``: the one this
+        manager already names, which must still be the row's)."""
         with self._reading() as conn:
             row = queries.session_by_pk(conn, self._spk)
+            if row is None or (session_id is not None and row.session_id != session_id):
+                raise SessionNotFound(f"session {session_id} is no longer in the store")
             self.session_id: str = row.session_id
             self.cwd: str = row.cwd
             self._header_seq: int | None = row.header_seq
+            self._version: int = row.row_version
             self._leaf_id: str | None = None
             self._leaf: TreeColumns | None = None
             if row.leaf_seq is not None:
                 self._set_leaf_from_seq(conn, row.leaf_seq)
+
+    def refresh(self) -> None:
+        """Read the session again as it is stored now: its version, and its leaf by Pi's rule
+        (the last entry in file order). Call it after :class:`~store.errors.SessionChanged`.
+        Raises ``SessionNotFound`` when the session was deleted."""
+        if self._batch is not None:
+            raise RuntimeError("refresh() inside batch(): the batch's view is the one it writes")
+        self._load_identity(self.session_id)
+
+    def get_version(self) -> int:
+        """The session version this manager last opened, refreshed or wrote (``row_version``)."""
+        return self._version
 
     def _set_leaf_from_seq(self, conn, seq: int) -> None:
         cols = queries.tree_columns_of(conn, self._spk, seq)
@@ -112,6 +139,45 @@ class SessionManager:
     def get_cwd(self) -> str:
         return self.cwd
 
+    # ------------------------------------------------------------------ claims (store.ownership)
+    def claim(self, owner: str, ttl_ms: int | None = 60_000, *, force: bool = False) -> Claim:
+        """Make this manager the session's only writer, as ``owner``, with a new fencing token.
+
+        Other writers are refused while the claim is live; this manager's writes are refused as
+        soon as another writer takes the claim over (after ``ttl_ms`` without :meth:`renew_claim`,
+        or by ``force``), however late they arrive. Refused (``SessionClaimed``) while another
+        owner's claim is live, unless ``force``."""
+        self._require_stored("claimed")
+        with write_transaction(self._engine) as conn:
+            self._claim = take_claim(conn, self.session_id, owner, ttl_ms=ttl_ms, now_ms=self._store.clock(),
+                                     force=force)
+        return self._claim
+
+    def renew_claim(self, ttl_ms: int | None = 60_000) -> Claim:
+        """Extend this manager's claim; ``SessionClaimed`` if it was taken over or released."""
+        if self._claim is None:
+            raise SessionClaimed(f"session {self.session_id}: this manager holds no claim")
+        with write_transaction(self._engine) as conn:
+            self._claim = renew_claim(conn, self._claim, ttl_ms=ttl_ms, now_ms=self._store.clock())
+        return self._claim
+
+    def release_claim(self) -> None:
+        """Give this manager's claim up (nothing happens if it no longer holds the session's claim)."""
+        claim, self._claim = self._claim, None
+        if claim is None:
+            return
+        with write_transaction(self._engine) as conn, suppress(SessionClaimed):  # taken over: not ours
+            release_claim(conn, self.session_id, owner=claim.owner, token=claim.token)
+
+    def get_claim(self) -> Claim | None:
+        """The claim this manager writes under, if any."""
+        return self._claim
+
+    def _require_stored(self, what: str) -> None:
+        if not (self._persist and self._flushed):
+            raise SessionNotFound(f"session {self.session_id} is not in the store (yet) and cannot be {what}: "
+                                  "a persistent session is stored with its first user or assistant message")
+
     # ------------------------------------------------------------------ writing
     @contextmanager
     def batch(self) -> Iterator[SessionManager]:
@@ -129,32 +195,46 @@ class SessionManager:
         try:
             with write_transaction(private) as conn:
                 cursor = AppendCursor.on(conn)
-                self._batch = _Batch(conn, cursor, last_seq=cursor.lock_session(self._spk))
+                self._batch = _Batch(conn, cursor, last_seq=self._lock(cursor))
                 yield self
-                self._write(self._batch)
+                wrote = self._write(self._batch)
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
         finally:
             self._batch = None
+        if wrote:
+            self._version += 1
         if self._engine is not private:  # moved into the store: the private database is done
             private.dispose()
 
-    def _write(self, batch: _Batch) -> None:
-        """Send the batch's unwritten rows and its listing changes (inside its transaction)."""
+    def _lock(self, cursor: AppendCursor) -> int:
+        """Lock the session row and check that this manager may write it (``store.ownership``);
+        returns the session's ``last_seq``."""
+        locked = cursor.lock_session(self._spk)
+        check_write(locked, session_id=self.session_id, expected_version=self._version, claim=self._claim,
+                    clock=self._store.clock)
+        assert locked is not None
+        return locked.last_seq
+
+    def _write(self, batch: _Batch) -> bool:
+        """Send the batch's unwritten rows and its listing changes (inside its transaction);
+        returns whether the batch changed the session (and so its version)."""
         batch.cursor.insert(batch.unwritten)
         if not batch.rows:
-            return
+            return False
         batch.cursor.advance(
             self._spk, last_seq=batch.last_seq, leaf_seq=batch.last_seq, entries=batch.rows,
             messages=batch.listing.message_count, activity_ms=batch.listing.last_activity_ms,
             first_message=db_text(batch.listing.first_message) if batch.listing.first_message else None,
             name=None if batch.name is None else (batch.name[0] and db_text(batch.name[0]),),
             conversation=batch.conversation, listable=batch.listing.pi_listable,
+            diverge_at=batch.last_seq - batch.rows + 1,
         )
         if self._persist and not self._flushed and batch.conversation:
             assert batch.conn is not None  # single appends never take the private-to-store step
             self._store_private_session(batch.conn)
+        return True
 
     def _append(self, build: Callable[[str, str | None, str], dict], parent: str | bool | None = False) -> dict:
         """Create an entry under the leaf (or under ``parent`` when given) and make it the leaf."""
@@ -173,12 +253,13 @@ class SessionManager:
         try:
             with driver_write_transaction(self._engine) as dbapi:
                 cursor = AppendCursor(dbapi, self._engine.dialect)
-                batch = _Batch(None, cursor, last_seq=cursor.lock_session(self._spk))
+                batch = _Batch(None, cursor, last_seq=self._lock(cursor))
                 entry = self._append_to(batch, build, False)
                 self._write(batch)
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
+        self._version += 1
         return entry
 
     def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict],

@@ -31,6 +31,7 @@ from store.interchange.importing import ImportReport, import_file
 from store.interchange.syncing import import_paths
 from store.loading import ENTRY, HEADER, VALUE, LineRow
 from store.manager import SessionManager
+from store.ownership import Claim, list_claims, release_claim, take_claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,24 @@ class SessionStore:
                 raise SessionExists(f"session {head['id']} already exists in the store")
             spk = store_session_rows(conn, head["id"], head, rows, pi_valid=True, mtime_ms=None)
         return SessionManager(self, engine, spk, persist=persist, flushed=stored)
+
+    # ------------------------------------------------------------------ claims (store.ownership)
+    def claim(self, session_id: str, owner: str, ttl_ms: int | None = 60_000, *, force: bool = False) -> Claim:
+        """Claim a session for ``owner`` with a new fencing token (see ``SessionManager.claim``,
+        which also makes that manager write under it)."""
+        with write_transaction(self.engine) as conn:
+            return take_claim(conn, session_id, owner, ttl_ms=ttl_ms, now_ms=self.clock(), force=force)
+
+    def release_claim(self, session_id: str, *, owner: str | None = None, token: int | None = None) -> bool:
+        """End a session's claim (only if ``owner`` / ``token`` match, when given); returns whether
+        one ended. The token stays: the old holder cannot write again."""
+        with write_transaction(self.engine) as conn:
+            return release_claim(conn, session_id, owner=owner, token=token)
+
+    def claims(self) -> list[Claim]:
+        """Every session's current claim, live or expired (``Claim.live``)."""
+        with read_transaction(self.engine) as conn:
+            return list_claims(conn)
 
     # ------------------------------------------------------------------ interchange
     def import_jsonl(self, path: str | os.PathLike) -> str:

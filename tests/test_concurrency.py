@@ -1,5 +1,7 @@
 """Two real processes append to one SQLite database at the same time: nothing is lost, row
-numbers never clash, and every process's chain of entries stays a path in the tree."""
+numbers never clash, and every process's chain of entries stays a path in the tree. On the
+session they share, a writer whose view went stale gets ``SessionChanged`` (nothing written),
+refreshes, returns to its own chain and tries again."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from tests.oracle_support import FIXTURES
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
+    from store.errors import SessionChanged
     from store.session_store import SessionStore
     url, session_id, root, tag, count = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
     sync = Path(sys.argv[6])
@@ -31,19 +34,33 @@ WRITER = textwrap.dedent("""
     while not (sync / "go").exists():  # start both writers at the same moment
         time.sleep(0.001)
     shared = store.open(session_id)
-    shared.branch(root)  # the other writer may already have appended: start from the shared root
     own = store.create("/own/" + tag)
     own.append_message({"role": "user", "content": tag + " own start"})
-    made = []
+    made, conflicts = [], 0
+
+    def on_own_chain(write):  # under this writer's last entry; a stale view is refreshed, then again
+        global conflicts
+        while True:
+            shared.branch(made[-1] if made else root)
+            try:
+                return write()
+            except SessionChanged:
+                conflicts += 1
+                shared.refresh()
+
+    def pair(i):
+        with shared.batch():
+            return [shared.append_custom_entry("batch", {"tag": tag, "i": i}),
+                    shared.append_message({"role": "user", "content": f"{tag} batch {i}"})]
+
     for i in range(count):
-        made.append(shared.append_message({"role": "user", "content": f"{tag} {i}"}))
+        made.append(on_own_chain(lambda: shared.append_message({"role": "user", "content": f"{tag} {i}"})))
         own.append_message({"role": "assistant", "content": [], "timestamp": i})
         if i % 10 == 0:
-            with shared.batch():
-                made.append(shared.append_custom_entry("batch", {"tag": tag, "i": i}))
-                made.append(shared.append_message({"role": "user", "content": f"{tag} batch {i}"}))
+            made.extend(on_own_chain(lambda: pair(i)))
     print(" ".join(made))
     print(own.get_session_id())
+    print(conflicts)
 """)
 
 
@@ -79,10 +96,11 @@ def _two_writers(tmp_path: Path) -> int:
     outputs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
+    conflicts_seen = 0
     with SessionStore.connect(url) as store:
         shared = store.open(session_id)
         for out, _ in outputs:
-            made_line, own_id = out.strip().splitlines()
+            made_line, own_id, conflicts = out.strip().splitlines()
             made = made_line.split()
             assert len(made) == count + 2 * ((count + 9) // 10)
             # each writer's entries form one chain hanging from the shared root
@@ -90,6 +108,7 @@ def _two_writers(tmp_path: Path) -> int:
             own = store.open(own_id)
             assert len(own.get_branch()) == count + 1
             assert store.find_by_id(own_id).message_count == count + 1
+            conflicts_seen += int(conflicts)
         total = 1 + 2 * (count + 2 * ((count + 9) // 10))
         info = store.find_by_id(session_id)
         assert info.message_count == 1 + 2 * (count + (count + 9) // 10)
@@ -102,7 +121,9 @@ def _two_writers(tmp_path: Path) -> int:
             writers = [("left" if "left" in line else "right") for (line,) in conn.execute(text(
                 "SELECT line FROM entries e JOIN sessions s ON s.pk = e.session_pk "
                 "WHERE s.session_id = :sid AND e.seq > 1 ORDER BY e.seq"), {"sid": session_id})]
-    return sum(a != b for a, b in itertools.pairwise(writers))
+    switches = sum(a != b for a, b in itertools.pairwise(writers))
+    assert switches < 2 or conflicts_seen > 0  # interleaved writes always pass through a stale view
+    return switches
 
 
 def _held_write_lock(path: Path) -> sqlite3.Connection:

@@ -7,7 +7,7 @@ itself; appends run these few fixed statements straight on the transaction's DBA
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Dialect
 
@@ -15,8 +15,10 @@ from store.db.writes import INSERT_ROW, dbapi_sql
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
-_LOCK_SQLITE = "SELECT last_seq FROM sessions WHERE pk = ?"
-_LOCK_PG = "SELECT last_seq FROM sessions WHERE pk = ? FOR UPDATE"
+_LOCKED = ("SELECT session_id, last_seq, row_version, claim_owner, claim_token, claim_expires_ms "
+           "FROM sessions WHERE pk = ?")
+_LOCK_SQLITE = _LOCKED
+_LOCK_PG = _LOCKED + " FOR UPDATE"
 _ADVANCE = """
 UPDATE sessions SET
     last_seq = ?,
@@ -31,9 +33,23 @@ UPDATE sessions SET
     first_message = COALESCE(first_message, CAST(? AS TEXT)),
     name = CASE WHEN CAST(? AS BOOLEAN) THEN CAST(? AS TEXT) ELSE name END,
     has_conversation = (has_conversation OR CAST(? AS BOOLEAN)),
-    pi_listable = (pi_listable AND CAST(? AS BOOLEAN))
+    pi_listable = (pi_listable AND CAST(? AS BOOLEAN)),
+    diverged_seq = CASE WHEN diverged_seq IS NULL AND source_sha256 IS NOT NULL
+                        THEN CAST(? AS INTEGER) ELSE diverged_seq END,
+    row_version = row_version + 1
 WHERE pk = ?
 """
+
+
+class LockedSession(NamedTuple):
+    """The ``sessions`` columns a write checks under the lock (``store.ownership``)."""
+
+    session_id: str
+    last_seq: int
+    row_version: int
+    claim_owner: str | None
+    claim_token: int
+    claim_expires_ms: int | None
 
 
 class AppendCursor:
@@ -52,11 +68,13 @@ class AppendCursor:
         """The statements on a SQLAlchemy connection's DBAPI connection (same transaction)."""
         return cls(conn.connection.dbapi_connection, conn.dialect)
 
-    def lock_session(self, session_pk: int) -> int:
-        """The session's ``last_seq``, read under the write lock (``FOR UPDATE`` on PostgreSQL;
-        SQLite's ``BEGIN IMMEDIATE`` already holds the database's write lock)."""
+    def lock_session(self, session_pk: int) -> LockedSession | None:
+        """The session row's write-relevant columns, read under the write lock (``FOR UPDATE`` on
+        PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the database's write lock); None
+        when the row is gone."""
         self._cursor.execute(self._lock, (session_pk,))
-        return self._cursor.fetchone()[0]
+        row = self._cursor.fetchone()
+        return None if row is None else LockedSession(*row)
 
     def id_taken(self, session_pk: int, entry_id: str) -> bool:
         self._cursor.execute(self._id_taken, (session_pk, entry_id))
@@ -74,9 +92,12 @@ class AppendCursor:
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,
-                conversation: bool, listable: bool) -> None:
+                conversation: bool, listable: bool, diverge_at: int | None = None) -> None:
         """Record appended rows in the session row (counters, listing columns, and the leaf unless
-        ``leaf_seq`` is None: appended rows that hold no entry leave it where it was)."""
+        ``leaf_seq`` is None: appended rows that hold no entry leave it where it was) and count
+        the write in ``row_version``. ``diverge_at``: the first of the rows when they come from
+        the store's API, not from the session's file: a session imported from a file diverges
+        from it there (``diverged_seq``, kept if it diverged earlier)."""
         act = None if activity_ms is None else int(activity_ms)
         self._cursor.execute(self._advance, (
             last_seq, leaf_seq, entries, messages,
@@ -84,5 +105,6 @@ class AppendCursor:
             first_message,
             name is not None, None if name is None else name[0],
             conversation, listable,
+            diverge_at,
             session_pk,
         ))
