@@ -58,6 +58,7 @@ _READABLE_PRAGMAS = frozenset({"user_version", "application_id", "schema_version
                                "page_count", "freelist_count", "encoding", "journal_mode", "foreign_keys"})
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PG_CURSOR = b"pi_store_sql"
+_SAFE_INT = 2**53  # integers JavaScript prints as Python does
 
 
 class QueryFailed(StoreError):
@@ -258,6 +259,11 @@ def json_value(value: Any) -> Any:
 def cell_text(value: Any) -> str:
     """A cell as text (CSV and table): NULL is empty, everything else as ``--json`` writes it
     (JSON.stringify's form), strings without their quotes."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int and -_SAFE_INT < value < _SAFE_INT:  # the common cells, without the JSON detour
+        return str(value)
     value = json_value(value)
     if value is None:
         return ""
