@@ -1,8 +1,24 @@
-"""``pi-store sql``: one statement on a read-only connection, rendered as a table, CSV or JSON.
+"""``pi-store sql``: one statement that cannot change anything, streamed as a table, CSV or JSON.
 
-Read-only is enforced by the database, not by inspecting the text: SQLite runs the statement with
-``PRAGMA query_only`` on, PostgreSQL in a ``READ ONLY`` transaction. The statement goes to the
-driver as written (no parameter substitution), one statement per call.
+Read-only is enforced by the database, not by reading the text, on a connection of its own that
+is closed after the call (never one of the pool's, so nothing the statement sets outlives it):
+
+* SQLite: the file opened with ``mode=ro``, ``PRAGMA query_only`` on, and an authorizer that
+  allows reading tables, a few informational pragmas and functions other than
+  :data:`DENIED_FUNCTIONS` — no ``ATTACH``, no write, no transaction control, no ``VACUUM``.
+  The driver refuses a second statement. (An in-memory database has no file to reopen: its one
+  connection runs the statement under the same authorizer, removed afterwards.)
+* PostgreSQL: a ``READ ONLY`` transaction whose first query (setting ``statement_timeout``)
+  takes its snapshot, so ``transaction_read_only`` can no longer be switched off; the statement is
+  then a parameter of ``pi_store_sql_open`` (migration 0005), which opens it as a cursor — one
+  ``SELECT``, ``VALUES``, ``TABLE``, ``SHOW`` or ``EXPLAIN``, never two — and rows come from
+  ``pi_store_sql_fetch``. Both are security-definer functions of the role ``pi_store_reader``
+  (``SELECT`` on the store's tables only), so the statement is checked and evaluated as that role,
+  and cannot switch back to the connecting user (``set_config('role', ...)`` is refused inside
+  a security-definer function): no file or program access, no ``COPY``, no large objects.
+
+Both engines stop the statement after ``timeout`` seconds from the start of the call (until its
+last row is read). Rows are fetched a batch at a time: memory stays flat for any result size.
 """
 
 from __future__ import annotations
@@ -10,13 +26,18 @@ from __future__ import annotations
 import base64
 import csv
 import io
-from collections.abc import Iterator
+import itertools
+import os
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, TextIO
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from store.analysis import fts
 from store.db.engine import is_sqlite
@@ -24,10 +45,24 @@ from store.errors import StoreError
 from store.format import js_stringify
 
 CELL_WIDTH = 80
+DEFAULT_TIMEOUT = 30.0
+BATCH_ROWS = 2_000
+TABLE_PAGE = 1_000  # rows the table output sizes its columns from
+DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
+# pragmas that only describe the schema or the build, whatever their argument
+_INFO_PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+                           "foreign_key_list", "function_list", "module_list", "pragma_list", "collation_list",
+                           "compile_options"})
+# settings that may be read (a pragma without an argument), never set
+_READABLE_PRAGMAS = frozenset({"user_version", "application_id", "schema_version", "data_version", "page_size",
+                               "page_count", "freelist_count", "encoding", "journal_mode", "foreign_keys"})
+_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
+_PG_CURSOR = b"pi_store_sql"
+_SAFE_INT = 2**53  # integers JavaScript prints as Python does
 
 
 class QueryFailed(StoreError):
-    """The database refused the statement (syntax, a missing table, a write attempt, ...)."""
+    """The database refused the statement (syntax, a missing table, a write attempt, a timeout, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,38 +71,179 @@ class ResultSet:
     rows: list[tuple]
 
 
-@contextmanager
-def readonly_connection(engine: Engine) -> Iterator[Connection]:
-    """A connection in a transaction that cannot write (rolled back at the end)."""
-    if is_sqlite(engine):
-        with engine.connect() as conn:
-            raw = conn.connection.dbapi_connection
-            raw.execute("PRAGMA query_only = ON")
-            try:
-                with conn.begin() as transaction:
-                    yield conn
-                    transaction.rollback()
-            finally:
-                raw.execute("PRAGMA query_only = OFF")
-        return
-    with engine.connect().execution_options(postgresql_readonly=True) as conn, conn.begin() as transaction:
-        yield conn
-        transaction.rollback()
+class Rows:
+    """The rows of a running statement, read as they are iterated (once); ``columns`` are known
+    before the first row. A database error while reading raises :class:`QueryFailed`."""
 
+    def __init__(self, columns: list[str], batches: Iterator[list[tuple]], failure: Callable[[Exception], QueryFailed]):
+        self.columns = columns
+        self._batches = batches
+        self._failure = failure
 
-def run_sql(engine: Engine, sql: str) -> ResultSet:
-    """Run one statement read-only (the SQLite search index is brought up to date first)."""
-    fts.sync(engine)
-    with readonly_connection(engine) as conn:
-        cursor = conn.connection.dbapi_connection.cursor()
+    def __iter__(self) -> Iterator[tuple]:
         try:
-            cursor.execute(sql)
-            columns = [d[0] for d in cursor.description or ()]
-            rows = [tuple(row) for row in cursor.fetchall()] if cursor.description else []
-        except Exception as exc:  # any driver error: report it as the database worded it
-            raise QueryFailed(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
-    return ResultSet(columns, rows)
+            for batch in self._batches:
+                yield from batch
+        except QueryFailed:
+            raise
+        except Exception as exc:
+            raise self._failure(exc) from exc
 
+
+@contextmanager
+def stream_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[Rows]:
+    """Run one statement read-only and yield its :class:`Rows` (the SQLite search index is
+    brought up to date first, on the normal write connection). ``timeout``: seconds from now
+    until the statement is stopped; ``None`` or 0 for no limit."""
+    fts.sync(engine)
+    deadline = time.monotonic() + timeout if timeout else None
+
+    def failure(exc: Exception) -> QueryFailed:
+        if deadline is not None and time.monotonic() >= deadline:
+            return QueryFailed(f"statement timeout: stopped after {timeout:g} s (pi-store sql --timeout SECONDS)")
+        message = str(exc).strip()
+        return QueryFailed(message.splitlines()[0] if message else type(exc).__name__)
+
+    opener = _sqlite_rows if is_sqlite(engine) else _postgres_rows
+    try:
+        with opener(engine, sql, deadline, failure) as rows:
+            yield rows
+    except QueryFailed:
+        raise
+    except Exception as exc:  # any driver error: report it as the database worded it
+        raise failure(exc) from exc
+
+
+def run_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> ResultSet:
+    """:func:`stream_sql` with every row in a list."""
+    with stream_sql(engine, sql, timeout=timeout) as rows:
+        return ResultSet(rows.columns, list(rows))
+
+
+# SQLite ---------------------------------------------------------------------------------------
+
+def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
+    if action in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if (arg2 or "").lower() in DENIED_FUNCTIONS else sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+        # asked while a virtual table (FTS5, a pragma function) is connected; a statement of the
+        # user's cannot write it: the file is read-only, query_only is on, writable_schema is off
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (arg1 or "").lower()
+        if name in _INFO_PRAGMAS or (name in _READABLE_PRAGMAS and arg2 is None):
+            return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _guard(conn: sqlite3.Connection, deadline: float | None) -> None:
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(_authorize)
+    if deadline is not None:
+        conn.set_progress_handler(lambda: time.monotonic() >= deadline, 1_000)
+
+
+def _sqlite_batches(cursor: sqlite3.Cursor) -> Iterator[list[tuple]]:
+    while batch := cursor.fetchmany(BATCH_ROWS):
+        yield batch
+
+
+@contextmanager
+def _sqlite_rows(engine: Engine, sql: str, deadline: float | None,
+                 failure: Callable[[Exception], QueryFailed]) -> Iterator[Rows]:
+    database = engine.url.database
+    if database in (None, "", ":memory:"):
+        with _shared_memory_connection(engine, deadline) as conn:
+            cursor = conn.execute(sql)
+            yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
+        return
+    uri = "file:" + urllib.parse.quote(os.path.abspath(database)) + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=5.0)
+    try:
+        _guard(conn, deadline)
+        cursor = conn.execute(sql)
+        yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _shared_memory_connection(engine: Engine, deadline: float | None) -> Iterator[sqlite3.Connection]:
+    """The in-memory database's only connection, guarded for the call: the authorizer lets no
+    setting change, so removing it and ``query_only`` afterwards restores the connection."""
+    with engine.connect() as connection:
+        raw = connection.connection.driver_connection
+        _guard(raw, deadline)
+        try:
+            yield raw
+        finally:
+            raw.set_authorizer(None)
+            raw.set_progress_handler(None, 0)
+            raw.execute("PRAGMA query_only = OFF")
+
+
+# PostgreSQL -----------------------------------------------------------------------------------
+
+@contextmanager
+def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
+                   failure: Callable[[Exception], QueryFailed]) -> Iterator[Rows]:
+    import psycopg
+
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    conn: psycopg.Connection = engine.dialect.connect(*cargs, **cparams)
+    try:
+        conn.autocommit = True  # the transaction below is ours, as written
+        cursor = conn.cursor()
+        cursor.execute("BEGIN READ ONLY")
+        _pg_timeout(cursor, deadline)  # also the transaction's first query: its snapshot is taken
+        cursor.execute("SELECT to_regprocedure('pi_store_sql_open(text)') IS NOT NULL")
+        if not cursor.fetchone()[0]:
+            raise QueryFailed("this database has no pi_store_reader setup (migration 0005 needs a user with "
+                              "CREATEROLE or SUPERUSER): pi-store sql refuses to run here")
+        try:
+            cursor.execute("SELECT pi_store_sql_open(%s)", [sql])
+        except psycopg.errors.InvalidCursorDefinition as exc:
+            raise QueryFailed("only one SELECT, VALUES, TABLE, SHOW or EXPLAIN statement runs here "
+                              f"({exc.diag.message_primary})") from exc
+        described = conn.pgconn.describe_portal(_PG_CURSOR)
+        if described.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise QueryFailed((described.error_message or b"").decode(errors="replace").strip())
+        names = [described.fname(i).decode() for i in range(described.nfields)]
+        if not names:
+            raise QueryFailed("the statement returns no columns")
+        cursor.execute("SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY AS u(t, m, i) "
+                       "ORDER BY i", [[described.ftype(i) for i in range(len(names))],
+                                      [described.fmod(i) for i in range(len(names))]])
+        types = [row[0] for row in cursor.fetchall()]
+        fetch = ("SELECT * FROM pi_store_sql_fetch(%s) AS t("
+                 + ", ".join(f"c{i} {t}" for i, t in enumerate(types)) + ")")
+
+        def batches() -> Iterator[list[tuple]]:
+            while True:
+                _pg_timeout(cursor, deadline)
+                cursor.execute(fetch, [BATCH_ROWS])
+                batch = cursor.fetchall()
+                if batch:
+                    yield batch
+                if len(batch) < BATCH_ROWS:
+                    return
+
+        yield Rows(names, batches(), failure)
+    finally:
+        conn.close()  # ends the transaction: nothing was written, nothing stays
+
+
+def _pg_timeout(cursor: Any, deadline: float | None) -> None:
+    """``statement_timeout`` for the next statement: what is left until ``deadline``."""
+    left_ms = 0 if deadline is None else int((deadline - time.monotonic()) * 1000)
+    if deadline is not None and left_ms <= 0:
+        raise TimeoutError("deadline passed")
+    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(left_ms)])
+
+
+# Output ---------------------------------------------------------------------------------------
 
 def json_value(value: Any) -> Any:
     """A cell as a JSON value (decimals as numbers, bytes as base64; jsonb values stay JSON)."""
@@ -83,35 +259,72 @@ def json_value(value: Any) -> Any:
 def cell_text(value: Any) -> str:
     """A cell as text (CSV and table): NULL is empty, everything else as ``--json`` writes it
     (JSON.stringify's form), strings without their quotes."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int and -_SAFE_INT < value < _SAFE_INT:  # the common cells, without the JSON detour
+        return str(value)
     value = json_value(value)
     if value is None:
         return ""
     return value if isinstance(value, str) else js_stringify(value)
 
 
-def to_rows_json(result: ResultSet) -> list[dict]:
-    return [{c: json_value(v) for c, v in zip(result.columns, row, strict=True)} for row in result.rows]
+def row_objects(columns: Sequence[str], rows: Iterable[tuple]) -> Iterator[dict]:
+    for row in rows:
+        yield {c: json_value(v) for c, v in zip(columns, row, strict=True)}
 
 
-def to_csv(result: ResultSet) -> str:
-    out = io.StringIO()
+def write_json(columns: Sequence[str], rows: Iterable[tuple], out: TextIO) -> None:
+    """A JSON list of row objects, one row written at a time (the same text as ``emit`` of the list)."""
+    out.write("[")
+    for i, obj in enumerate(row_objects(columns, rows)):
+        out.write(("," if i else "") + js_stringify(obj))
+    out.write("]\n")
+
+
+def write_csv(columns: Sequence[str], rows: Iterable[tuple], out: TextIO) -> None:
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(result.columns)
-    writer.writerows([cell_text(v) for v in row] for row in result.rows)
-    return out.getvalue()
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([cell_text(v) for v in row])
 
 
-def to_table(result: ResultSet, width: int = CELL_WIDTH) -> str:
-    """Aligned columns; cells on one line, cut at ``width`` characters; a row count at the end."""
+def write_table(columns: Sequence[str], rows: Iterable[tuple], out: TextIO, width: int = CELL_WIDTH,
+                page: int = TABLE_PAGE) -> None:
+    """Aligned columns, sized from the first ``page`` rows (later, wider cells widen their line);
+    cells on one line, cut at ``width`` characters; a row count at the end."""
     def cell(value: Any) -> str:
         shown = "NULL" if value is None else " ".join(cell_text(value).split("\n"))
         return shown if len(shown) <= width else shown[: width - 1] + "…"
 
-    cells = [[cell(v) for v in row] for row in result.rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(result.columns)]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(result.columns, widths, strict=True)).rstrip(),
-             "-+-".join("-" * w for w in widths)]
-    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    count = len(result.rows)
-    lines.append(f"({count} row{'' if count == 1 else 's'})")
-    return "\n".join(lines) + "\n"
+    rows = iter(rows)
+    first = [[cell(v) for v in row] for row in itertools.islice(rows, page)]
+    widths = [max([len(c), *(len(r[i]) for r in first)]) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+
+    out.write(line(columns))
+    out.write("-+-".join("-" * w for w in widths) + "\n")
+    count = 0
+    for cells in itertools.chain(first, ([cell(v) for v in row] for row in rows)):
+        out.write(line(cells))
+        count += 1
+    out.write(f"({count} row{'' if count == 1 else 's'})\n")
+
+
+def to_rows_json(result: ResultSet) -> list[dict]:
+    return list(row_objects(result.columns, result.rows))
+
+
+def to_csv(result: ResultSet) -> str:
+    out = io.StringIO()
+    write_csv(result.columns, result.rows, out)
+    return out.getvalue()
+
+
+def to_table(result: ResultSet, width: int = CELL_WIDTH) -> str:
+    out = io.StringIO()
+    write_table(result.columns, result.rows, out, width)
+    return out.getvalue()

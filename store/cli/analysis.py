@@ -8,7 +8,7 @@ import click
 
 from store.analysis import fts
 from store.analysis.backfill import recompute_analysis
-from store.analysis.readonly import run_sql, to_csv, to_rows_json, to_table
+from store.analysis.readonly import DEFAULT_TIMEOUT, stream_sql, write_csv, write_json, write_table
 from store.analysis.search import SearchHit, search
 from store.analysis.stats import SessionStats, session_stats
 from store.cli.app import current_store, emit, main
@@ -19,15 +19,13 @@ from store.db.engine import write_transaction
 @click.argument("query")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of row objects.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")
-def sql_command(query: str, as_json: bool, as_csv: bool) -> None:
-    """Run one read-only SQL statement (views: docs/sql.md) and print the result."""
-    result = run_sql(current_store().engine, query)
-    if as_json:
-        emit(to_rows_json(result))
-    elif as_csv:
-        sys.stdout.write(to_csv(result))
-    else:
-        sys.stdout.write(to_table(result))
+@click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
+              help="Stop the statement after SECONDS, until its last row is printed (0: no limit).")
+def sql_command(query: str, as_json: bool, as_csv: bool, timeout: float) -> None:
+    """Run one read-only SQL statement (views: docs/sql.md) and print the rows as they come."""
+    with stream_sql(current_store().engine, query, timeout=timeout) as rows:
+        write = write_json if as_json else write_csv if as_csv else write_table
+        write(rows.columns, rows, sys.stdout)
 
 
 @main.command("search")
