@@ -91,3 +91,31 @@ def write_session(path: Path, lines: list[str]) -> Path:
 def without(lines: list[str], entry_ids: tuple[str, ...]) -> list[str]:
     """``lines`` minus the entries with these ids (what the export of a pruned session holds)."""
     return [line for line in lines if not any(f'"id":"{entry_id}",' in line for entry_id in entry_ids)]
+
+
+def bulky_lines(session_id: str, now_ms: float, branches: int, branch_rows: int = 4) -> list[str]:
+    """A long old session: a current path of ``branches`` user messages, each with an abandoned
+    branch of ``branch_rows`` messages written before the path goes on (so that a prune both
+    drops many rows and renumbers most of the rest)."""
+    ms = now_ms - 90 * DAY_MS
+    lines = [js_stringify({"type": "session", "version": 3, "id": session_id, "timestamp": js_iso(ms),
+                           "cwd": "/work/bulky"})]
+    parent = None
+    for branch in range(branches):
+        ms += 1000
+        path_id = f"p{branch}"
+        lines.append(js_stringify({"type": "message", "id": path_id, "parentId": parent, "timestamp": js_iso(ms),
+                                   "message": {"role": "user", "content": f"path step {branch} gnu",
+                                               "timestamp": int(ms)}}))
+        above = path_id
+        for row in range(branch_rows):
+            ms += 1
+            entry_id = f"b{branch}x{row}"
+            lines.append(js_stringify({
+                "type": "message", "id": entry_id, "parentId": above, "timestamp": js_iso(ms),
+                "message": {"role": "assistant", "content": [{"type": "text", "text": f"abandoned {branch} {row} yak"}],
+                            "provider": "local", "model": "m1", "api": "x", "stopReason": "stop",
+                            "timestamp": int(ms)}}))
+            above = entry_id
+        parent = path_id
+    return lines
