@@ -24,6 +24,7 @@ from store.interchange.verifying import verify_all, verify_session
 from store.retention import BadPolicy, RetentionPolicy, parse_duration
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
+from tests.oracle_support import ORACLE_SKIP_REASON, js_diff, oracle_available, run_describe
 from tests.retention_sessions import DAY_MS, DROPPED, branched_lines, without, write_session
 
 ROWS = len(branched_lines("x", 0, "w"))  # rows of one branched session
@@ -319,3 +320,23 @@ def test_cli_mirrors_the_api(tmp_path: Path) -> None:
     assert (deleted["sessionIds"], deleted["missing"], deleted["rows"]) == (["c1"], ["zz"], KEPT)
     assert [s["id"] for s in json.loads(_cli(db, "list", "--json").stdout)] == ["c2"]
     assert _cli(db, "prune", "--older-than", "soon").returncode == 2
+
+
+# ------------------------------------------------------------------------------------ oracle
+PI_OPENS = ("openError", "header", "leafId", "branchIds", "contextEntryIds", "projection", "sessionContext",
+            "latestCompactionId", "sessionName", "estimateProjectedContextTokens", "prepareCompaction")
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(not oracle_available(), reason=ORACLE_SKIP_REASON)
+def test_pi_opens_the_pruned_export_as_it_opened_the_file(tmp_path: Path, clock) -> None:
+    source = write_session(tmp_path / "s1.jsonl", branched_lines("s1", clock.now, "okapi"))
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}", clock=clock) as store:
+        store.import_file(source)
+        store.prune(POLICY, apply=True)
+        pruned = tmp_path / "pruned.jsonl"
+        store.export_jsonl("s1", pruned)
+    before, after = run_describe(source, all_leaves=False), run_describe(pruned, all_leaves=False)
+    assert after["openError"] is None and len(after["entries"]) == len(before["entries"]) - len(DROPPED)
+    for key in PI_OPENS:
+        assert js_diff(before[key], after[key]) is None, key
