@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from store import new_entries
+from store import new_entries, retention
 from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
 from store.analysis.search import SearchHit, search
 from store.analysis.stats import SessionStats, session_stats
@@ -32,6 +32,7 @@ from store.interchange.syncing import import_paths
 from store.loading import ENTRY, HEADER, VALUE, LineRow
 from store.manager import SessionManager
 from store.ownership import Claim, list_claims, release_claim, take_claim
+from store.retention import DeleteReport, PruneReport, RetentionPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +229,20 @@ class SessionStore:
     def iter_export(self, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:
         """The bytes of :meth:`export_jsonl`, in chunks of whole lines."""
         return iter_export(self, session_id, as_migrated)
+
+    # ------------------------------------------------------------------ retention
+    def delete(self, session_ids: str | Iterable[str], *, dry_run: bool = False,
+               ignore_missing: bool = False) -> DeleteReport:
+        """Delete one session or several in one transaction (``store.retention``). An unknown id
+        raises ``SessionNotFound`` naming every unknown id and deletes nothing, unless
+        ``ignore_missing`` (then the report lists them)."""
+        return retention.delete_sessions(self.engine, session_ids, dry_run=dry_run, ignore_missing=ignore_missing)
+
+    def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True) -> PruneReport:
+        """Trim old abandoned branches (or, with ``policy.delete_sessions``, old sessions) by
+        ``policy``; a dry run unless ``apply``. SQLite files are compacted after an applied prune
+        unless ``vacuum`` is False (``store.retention``)."""
+        return retention.prune(self.engine, policy, now_ms=self.clock(), apply=apply, vacuum=vacuum)
 
 
 def _private_engine() -> Engine:
