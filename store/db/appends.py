@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Dialect
 
 from store.db.writes import INSERT_ROW, dbapi_sql
+from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
@@ -77,7 +78,7 @@ class AppendCursor:
                 conversation: bool, listable: bool) -> None:
         """Record appended rows in the session row (counters, listing columns, and the leaf unless
         ``leaf_seq`` is None: appended rows that hold no entry leave it where it was)."""
-        act = None if activity_ms is None else int(activity_ms)
+        act = None if activity_ms is None else storable_ms(activity_ms)
         self._cursor.execute(self._advance, (
             last_seq, leaf_seq, entries, messages,
             act, act, act, act, act, act,
