@@ -22,7 +22,7 @@ from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
 from store.db.writes import dbapi_sql, entry_values, insert_rows, insert_session
-from store.format.jsdate import parse_js_date
+from store.format.jsdate import parse_js_date, storable_ms
 from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
 from store.loading import ENTRY, EXTRA_HEADER, HEADER, SKIPPED, VALUE, LineRow, LineWarning
@@ -312,4 +312,4 @@ def _db_text(value: Any) -> str | None:
 
 
 def _ms(value: float | None) -> int | None:
-    return None if value is None else int(value)
+    return None if value is None else storable_ms(value)

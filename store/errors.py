@@ -35,6 +35,10 @@ class InvalidEntry(StoreError, ValueError):
     """Data handed to an ``append_*`` method cannot form a valid entry."""
 
 
+class InvalidSessionId(StoreError, ValueError):
+    """A chosen session id is not one Pi accepts (letters, digits, ``.``, ``_``, ``-``)."""
+
+
 class ImportFailed(StoreError):
     """A file could not be imported; nothing of it was stored. The message names file and line."""
 

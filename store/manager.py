@@ -300,18 +300,18 @@ class SessionManager:
         the database once per id; a long batch loads the session's ids once instead."""
         if batch.known_ids is None and batch.rows >= LOAD_IDS_AFTER:
             batch.known_ids = batch.cursor.all_ids(self._spk) | batch.new_ids
-        for _ in range(100):
-            candidate = new_entries.short_id()
-            if batch.known_ids is not None:
-                taken = candidate in batch.known_ids
-            else:
-                taken = candidate in batch.new_ids or batch.cursor.id_taken(self._spk, candidate)
-            if not taken:
-                batch.new_ids.add(candidate)
-                if batch.known_ids is not None:
-                    batch.known_ids.add(candidate)
-                return candidate
-        return new_entries.long_id()
+        known = batch.known_ids
+
+        def taken(candidate: str) -> bool:
+            if known is not None:
+                return candidate in known
+            return candidate in batch.new_ids or batch.cursor.id_taken(self._spk, candidate)
+
+        new_id = new_entries.entry_id(self._store.new_uuid, taken)
+        batch.new_ids.add(new_id)
+        if known is not None:
+            known.add(new_id)
+        return new_id
 
     def _now(self) -> str:
         return new_entries.now_iso(self._store.clock())
@@ -588,12 +588,12 @@ class SessionManager:
             target = key[1] if key[0] == "string" else None
             if target not in kept_ids:
                 continue
-            label_id = _fresh_id(kept_ids)
+            label_id = new_entries.entry_id(self._store.new_uuid, kept_ids.__contains__)
             kept_ids.add(label_id)
             label_entries.append(new_entries.label(label_id, tail, stamps[key], target, text))
             tail = label_id
-        timestamp = self._now()
-        new_id = new_entries.uuid7(self._store.clock())
+        ms = self._store.clock()
+        timestamp, new_id = new_entries.now_iso(ms), self._store.new_session_id(ms)
         head = new_entries.header(new_id, timestamp, self.cwd, self.session_id if self._persist else None)
         manager = self._store.session_from_entries(head, kept + label_entries, persist=self._persist)
         self._become(manager)
@@ -609,14 +609,6 @@ class SessionManager:
 def _given(value: Any) -> Any:
     """None (the Python default) means "not given": Pi leaves such keys out."""
     return UNDEFINED if value is None else value
-
-
-def _fresh_id(taken: set[str]) -> str:
-    for _ in range(100):
-        candidate = new_entries.short_id()
-        if candidate not in taken:
-            return candidate
-    return new_entries.long_id()
 
 
 def _as_dict(message: Any) -> dict:

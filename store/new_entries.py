@@ -14,10 +14,11 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from store.errors import InvalidEntry, InvalidReplacement
+from store.errors import InvalidEntry, InvalidReplacement, InvalidSessionId
 from store.format.jsvalue import js_trim
 
 
@@ -32,14 +33,25 @@ def _iso_of_second(second: int) -> str:
     return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
-def short_id() -> str:
-    """Eight hex digits, like ``randomUUID().slice(0, 8)``."""
-    return secrets.token_hex(4)
+IdSource = Callable[[str], str]
+"""Where new ids come from (``SessionStore(ids=...)``): called with ``"uuid"`` it returns the next
+random UUID (Pi's ``randomUUID()``: an entry id is its first 8 characters, the full UUID is the
+fallback after 100 taken ones), with ``"session"`` the next session id (Pi's ``uuidv7()``)."""
 
 
-def long_id() -> str:
-    """A full random UUID: Pi's fallback id after 100 colliding short ones."""
+def random_uuid() -> str:
+    """A random version-4 UUID, like ``crypto.randomUUID()``."""
     return str(uuid.uuid4())
+
+
+def entry_id(draw: Callable[[], str], taken: Callable[[str], bool]) -> str:
+    """Pi's ``generateId``: the first 8 characters of up to 100 drawn UUIDs until one is not
+    ``taken``, else one more full UUID."""
+    for _ in range(100):
+        candidate = draw()[:8]
+        if not taken(candidate):
+            return candidate
+    return draw()
 
 
 def uuid7(ms: float | None = None) -> str:
@@ -49,6 +61,17 @@ def uuid7(ms: float | None = None) -> str:
     value |= 0b10 << 62 | secrets.randbits(62)
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def check_session_id(session_id: Any) -> None:
+    """A chosen session id must be what Pi accepts (it names files): ASCII letters, digits, ``.``,
+    ``_`` and ``-``, starting and ending with a letter or digit."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise InvalidSessionId(f"invalid session id {session_id!r}: use letters, digits, '.', '_' and '-', "
+                               "starting and ending with a letter or digit")
 
 
 def resolve_cwd(cwd: str) -> str:

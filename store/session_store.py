@@ -63,17 +63,30 @@ class SessionInfo:
 class SessionStore:
     """Many sessions in one database (SQLite by default, PostgreSQL by URL)."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, engine: Engine, clock: Callable[[], float] | None = None,
+                 ids: new_entries.IdSource | None = None) -> None:
         self.engine = engine
         self.clock: Callable[[], float] = clock or (lambda: time.time() * 1000)
+        self.ids = ids
 
     @classmethod
-    def connect(cls, url: str | None = None, clock: Callable[[], float] | None = None) -> SessionStore:
+    def connect(cls, url: str | None = None, clock: Callable[[], float] | None = None,
+                ids: new_entries.IdSource | None = None) -> SessionStore:
         """Open (and on first use create or upgrade) the database at ``url`` (default: see
-        :func:`store.db.engine.default_url`). ``clock`` returns ms since the epoch, for tests."""
+        :func:`store.db.engine.default_url`). ``clock`` returns ms since the epoch and ``ids``
+        the new ids (see :data:`store.new_entries.IdSource`); both default to the real ones and
+        exist so that a run can be repeated exactly (tests, the differential against Pi)."""
         engine = make_engine(url or default_url())
         ensure_schema(engine)
-        return cls(engine, clock)
+        return cls(engine, clock, ids)
+
+    def new_uuid(self) -> str:
+        """The next random UUID of the id source (entry ids are its first 8 characters)."""
+        return self.ids("uuid") if self.ids is not None else new_entries.random_uuid()
+
+    def new_session_id(self, ms: float) -> str:
+        """The next session id of the id source (default: a UUIDv7 of ``ms``)."""
+        return self.ids("session") if self.ids is not None else new_entries.uuid7(ms)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -89,15 +102,24 @@ class SessionStore:
         """A new persistent session; nothing is stored until it holds a user or assistant message."""
         ms = self.clock()
         head = new_entries.header(
-            session_id or new_entries.uuid7(ms), new_entries.now_iso(ms), new_entries.resolve_cwd(cwd), parent_session
+            self._chosen_or_new_id(session_id, ms), new_entries.now_iso(ms), new_entries.resolve_cwd(cwd),
+            parent_session,
         )
         return self.session_from_entries(head, [], persist=True)
 
-    def in_memory(self, cwd: str = ".") -> SessionManager:
+    def in_memory(self, cwd: str = ".", session_id: str | None = None) -> SessionManager:
         """A session with the same tree model that is never stored."""
         ms = self.clock()
-        head = new_entries.header(new_entries.uuid7(ms), new_entries.now_iso(ms), new_entries.resolve_cwd(cwd))
+        head = new_entries.header(
+            self._chosen_or_new_id(session_id, ms), new_entries.now_iso(ms), new_entries.resolve_cwd(cwd)
+        )
         return self.session_from_entries(head, [], persist=False)
+
+    def _chosen_or_new_id(self, session_id: str | None, ms: float) -> str:
+        if session_id is None:
+            return self.new_session_id(ms)
+        new_entries.check_session_id(session_id)
+        return session_id
 
     def open(self, session_id: str) -> SessionManager:
         """The stored session ``session_id``, its leaf restored from its last entry."""
@@ -116,13 +138,14 @@ class SessionStore:
             ).scalar()
         return self.open(session_id) if session_id is not None else self.create(cwd)
 
-    def fork_from(self, session_id: str, target_cwd: str) -> SessionManager:
-        """A new session in ``target_cwd`` holding every entry of ``session_id`` (all branches),
-        stored at once; its header names the source as parent session."""
+    def fork_from(self, session_id: str, target_cwd: str, new_session_id: str | None = None) -> SessionManager:
+        """A new session (id ``new_session_id`` or a fresh one) in ``target_cwd`` holding every entry
+        of ``session_id`` (all branches), stored at once; its header names the source as parent."""
         source = self.open(session_id)
         ms = self.clock()
         head = new_entries.header(
-            new_entries.uuid7(ms), new_entries.now_iso(ms), new_entries.resolve_cwd(target_cwd), session_id
+            self._chosen_or_new_id(new_session_id, ms), new_entries.now_iso(ms),
+            new_entries.resolve_cwd(target_cwd), session_id,
         )
         manager = self.session_from_entries(head, source.get_entries(), persist=True, force_write=True)
         source.close()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from store.errors import EntryNotFound, InvalidEntry, InvalidReplacement, NotEditable, NotOnActiveBranch, SessionExists
+from store.errors import (
+    EntryNotFound,
+    InvalidEntry,
+    InvalidReplacement,
+    InvalidSessionId,
+    NotEditable,
+    NotOnActiveBranch,
+    SessionExists,
+)
 from store.session_store import SessionStore
 
 
@@ -250,3 +258,30 @@ def test_ids_that_are_not_strings_name_no_entry(store: SessionStore) -> None:
             sm.append_label_change(bad, "tag")  # type: ignore[arg-type]
         with pytest.raises(EntryNotFound):
             sm.branch(bad)  # type: ignore[arg-type]
+
+
+def test_the_id_source_gives_entry_and_session_ids_and_taken_short_ids_are_drawn_again(db_url: str) -> None:
+    drawn: list[str] = []
+    queue = {"uuid": ["aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002",
+                      "bbbbbbbb-0000-4000-8000-000000000003"],
+             "session": ["sess-1"]}
+
+    def ids(kind: str) -> str:
+        drawn.append(kind)
+        return queue[kind].pop(0)
+
+    with SessionStore.connect(db_url, clock=lambda: 1_767_225_600_000.0, ids=ids) as s:
+        sm = s.create("/w")
+        first = sm.append_message(user("one"))
+        second = sm.append_message(user("two"))  # aaaaaaaa is taken: the next UUID is drawn
+        assert (sm.get_session_id(), first, second) == ("sess-1", "aaaaaaaa", "bbbbbbbb")
+        assert drawn == ["session", "uuid", "uuid", "uuid"]
+
+
+@pytest.mark.parametrize("bad", ["", "-a", "a-", "a b", "é", "a/b", "a\n"])
+def test_chosen_session_ids_must_be_ones_pi_accepts(store: SessionStore, bad: str) -> None:
+    with pytest.raises(InvalidSessionId):
+        store.create("/w", session_id=bad)
+    with pytest.raises(InvalidSessionId):
+        store.in_memory("/w", session_id=bad)
+    assert store.create("/w", session_id="A.b_c-9").get_session_id() == "A.b_c-9"

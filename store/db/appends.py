@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Dialect
 
 from store.db.writes import INSERT_ROW, dbapi_sql
+from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
@@ -98,7 +99,7 @@ class AppendCursor:
         the write in ``row_version``. ``diverge_at``: the first of the rows when they come from
         the store's API, not from the session's file: a session imported from a file diverges
         from it there (``diverged_seq``, kept if it diverged earlier)."""
-        act = None if activity_ms is None else int(activity_ms)
+        act = None if activity_ms is None else storable_ms(activity_ms)
         self._cursor.execute(self._advance, (
             last_seq, leaf_seq, entries, messages,
             act, act, act, act, act, act,

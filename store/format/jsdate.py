@@ -67,6 +67,15 @@ def _time_clip(time: float) -> float | None:
     return float(int(time))  # int() also turns -0.0 into 0
 
 
+def storable_ms(ms: float) -> int:
+    """A time value as a 64-bit integer column holds it: exact inside the Date range, else one
+    past its edge (still invalid to :func:`js_iso`, still ordered like the value itself)."""
+    if abs(ms) > _MAX_TIME:
+        edge = int(_MAX_TIME) + 1
+        return edge if ms > 0 else -edge
+    return int(ms)
+
+
 def _parse_string(text: str) -> float | None:
     match = _DATE_TIME.fullmatch(text)
     if match is None or match["year"] == "-000000":
