@@ -16,11 +16,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy.engine import make_url
 
+from store.cli import main
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
 from tests.oracle_support import FIXTURES, js_diff, oracle_available, run_describe
@@ -30,13 +33,29 @@ OTHER = FIXTURES / "sessions" / "small-seed2-0.jsonl"
 PASSWORD = "s3cretPassw0rd"
 
 
-def pi_store(db: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
-             ) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Run:
+    """What one ``pi-store`` command printed and its exit status."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes
+
+
+def pi_store(db: str, *args: str, env: dict[str, str] | None = None) -> Run:
+    """Run ``pi-store --db DB ARGS`` in this process (click's runner: stdout and stderr apart)."""
+    result = CliRunner().invoke(main, ["--db", db, *args], env=env)
+    return Run(result.exit_code, result.stdout, result.stderr, result.stdout_bytes)
+
+
+def pi_store_process(db: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The same in a process of its own (what a user's shell sees, tracebacks included)."""
     return subprocess.run([sys.executable, "-m", "store.cli", "--db", db, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=60, env={**os.environ, **(env or {})})
 
 
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+def one_error_line(done: Run | subprocess.CompletedProcess[str]) -> str:
     """The single ``Error: ...`` line a failed command printed (and nothing else on stderr)."""
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
@@ -121,9 +140,8 @@ def test_full_disk_with_no_shm_file_reads_read_only_and_writes_fail(tmpfs: Path)
     assert done.returncode == 0 and done.stderr.startswith(STALE), done.stderr
     inspect = pi_store(url, "inspect", sid)
     assert inspect.returncode == 0 and json.loads(inspect.stdout)["sessionId"] == sid
-    exported = subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "export", sid],
-                              capture_output=True, timeout=60)
-    assert exported.returncode == 0 and exported.stdout == SESSION.read_bytes()
+    exported = pi_store(url, "export", sid)
+    assert exported.returncode == 0 and exported.stdout_bytes == SESSION.read_bytes()
     line = one_error_line(pi_store(url, "import", str(OTHER)))
     assert line.startswith("Error: disk full: ") and str(tmpfs / "s.db") in line
 
@@ -139,9 +157,7 @@ def test_read_only_folder(tmpfs: Path) -> None:
     done = pi_store(url, "search", "the")
     assert done.returncode == 0 and done.stderr.splitlines() == [done.stderr.splitlines()[0]]
     assert done.stderr.startswith(STALE) and "readonly" in done.stderr
-    exported = subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "export", sid],
-                              capture_output=True, timeout=60)
-    assert exported.stdout == SESSION.read_bytes()
+    assert pi_store(url, "export", sid).stdout_bytes == SESSION.read_bytes()
     for args in (["import", str(OTHER)], ["fts", "rebuild"], ["compact", sid, "--summarizer", "deterministic"]):
         line = one_error_line(pi_store(url, *args))
         assert line == f"Error: cannot write to {url}: the database file is read-only", line
@@ -167,9 +183,9 @@ def test_locked_database(tmp_path: Path) -> None:
 def test_corrupt_database_says_so(tmp_path: Path) -> None:
     db = tmp_path / "bad.db"
     db.write_bytes(b"this is not a database at all, " * 200)
-    line = one_error_line(pi_store(f"sqlite:///{db}", "list"))
+    line = one_error_line(pi_store_process(f"sqlite:///{db}", "list"))
     assert line == f"Error: file is not a database (sqlite:///{db})"
-    debug = pi_store(f"sqlite:///{db}", "list", env={"PI_STORE_DEBUG": "1"})
+    debug = pi_store_process(f"sqlite:///{db}", "list", env={"PI_STORE_DEBUG": "1"})
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
@@ -180,8 +196,8 @@ def test_bad_timeout_setting() -> None:
 
 # ------------------------------------------------------------- 3. a server that never answers
 @pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port on 127.0.0.1 that accepts connections and never says a word."""
+def silent_server() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A port on 127.0.0.1 that accepts connections and never says a word (and what it accepted)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -199,7 +215,7 @@ def silent_server() -> Iterator[int]:
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield server.getsockname()[1]
+        yield server.getsockname()[1], accepted
     finally:
         stop.set()
         thread.join()
@@ -208,20 +224,25 @@ def silent_server() -> Iterator[int]:
         server.close()
 
 
-def test_connect_timeout(silent_server: int) -> None:
-    url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{silent_server}/x"
+def test_connect_timeout(silent_server: tuple[int, list[socket.socket]]) -> None:
+    port = silent_server[0]
+    url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/x"
     started = time.monotonic()
-    line = one_error_line(pi_store(url, "list", env={"PI_STORE_CONNECT_TIMEOUT": "2"}, timeout=30))
+    line = one_error_line(pi_store(url, "list", env={"PI_STORE_CONNECT_TIMEOUT": "2"}))
     assert time.monotonic() - started < 15
-    where = f"postgresql://postgres:***@127.0.0.1:{silent_server}/x"
+    where = f"postgresql://postgres:***@127.0.0.1:{port}/x"
     assert line == f"Error: cannot connect to {where}: timed out after 2 s"
 
 
-def test_ctrl_c_exits_130_quietly(silent_server: int) -> None:
-    url = f"postgresql://postgres@127.0.0.1:{silent_server}/x"
+def test_ctrl_c_exits_130_quietly(silent_server: tuple[int, list[socket.socket]]) -> None:
+    port, accepted = silent_server
+    url = f"postgresql://postgres@127.0.0.1:{port}/x"
     process = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", url, "list"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PI_STORE_CONNECT_TIMEOUT": "60"})
-    time.sleep(3)  # python started and is waiting for the server
+    deadline = time.monotonic() + 30
+    while not accepted and time.monotonic() < deadline:  # until it is waiting for the server
+        time.sleep(0.05)
+    assert accepted, "pi-store never connected"
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 130 and err == "" and out == "", (process.returncode, err)
@@ -254,7 +275,7 @@ def test_postgres_url_schemes(scheme: str) -> None:
 
 
 def test_help_lists_the_settings() -> None:
-    done = subprocess.run([sys.executable, "-m", "store.cli", "--help"], capture_output=True, text=True, timeout=60)
+    done = pi_store("sqlite://", "--help")
     for name in ("PI_STORE_CONNECT_TIMEOUT", "PI_STORE_LOCK_TIMEOUT", "PI_STORE_STATEMENT_TIMEOUT", "PI_STORE_DEBUG"):
         assert name in done.stdout
 
