@@ -16,13 +16,20 @@ with the same meaning.
 
 from __future__ import annotations
 
+import logging
 import re
+import weakref
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
 from store.db.engine import is_sqlite, read_transaction, write_transaction
+from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
+
+_log = logging.getLogger(__name__)
+_warned: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines whose stale index was reported
 
 WORD = re.compile(r"[^\W_]+")  # a word: a run of letters and digits
 _TOKEN = re.compile(r'(-?)"([^"]*)"?(\*?)|(\S+)')
@@ -140,14 +147,30 @@ def clear(conn: Connection) -> None:
 
 
 def sync(engine: Engine) -> int:
-    """Bring the index up to date (a short write transaction, only when rows are pending)."""
+    """Bring the index up to date (a short write transaction, only when rows are pending).
+
+    Readers of the index call it first, and a reader must still answer where this write cannot
+    be made (a full disk, a read-only database, a lock held past the lock timeout): the index
+    stays behind, a warning says so (logged once per engine: ``pi-store`` prints it on stderr),
+    and 0 is returned; the reader then reads what the index holds.
+    """
     if not is_sqlite(engine):
         return 0
     with read_transaction(engine) as conn:
-        if not pending(conn):
-            return 0
-    with write_transaction(engine) as conn:
-        return catch_up(conn)
+        behind = pending(conn)
+    if not behind:
+        return 0
+    try:
+        with write_transaction(engine) as conn:
+            return catch_up(conn)
+    except OperationalError as exc:
+        if sqlite_fault(exc) not in CANNOT_WRITE | {"locked"}:
+            raise
+        if engine not in _warned:
+            _warned.add(engine)
+            _log.warning("the full-text index could not be brought up to date (%s): results may miss "
+                         "up to %d of the newest entries", exc, behind)
+        return 0
 
 
 def rebuild(engine: Engine) -> int:

@@ -4,23 +4,116 @@ SQLite connections run in WAL mode with foreign keys on and a busy timeout, and 
 transaction control is taken over from the sqlite3 driver so that write transactions can start
 with ``BEGIN IMMEDIATE``: the write lock is taken before any row is read, so two processes that
 append to one database serialise cleanly instead of failing with "database is locked" on upgrade.
+
+Nothing waits forever (settings in the environment, whole seconds):
+
+* ``PI_STORE_CONNECT_TIMEOUT`` (default 10): PostgreSQL connection attempts (psycopg waits at least 2 s);
+* ``PI_STORE_LOCK_TIMEOUT`` (default 30): waits for a lock, SQLite's busy timeout and PostgreSQL's
+  ``lock_timeout``;
+* ``PI_STORE_STATEMENT_TIMEOUT`` (default 0, none): PostgreSQL's ``statement_timeout``.
+
+A fault an operator can act on (disk full, read-only, locked, corrupt, server unreachable) is
+raised as its usual SQLAlchemy class with a one-line message naming the database (password
+masked), see ``store.db.faults``. ``make_engine(url, read_only=...)`` opens a SQLite file
+without writing to it (``mode=ro``, or ``immutable`` where even SQLite's ``-shm`` cannot be made).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-BUSY_TIMEOUT_MS = 30_000
+from store.db.faults import fault_reason, masked_url, with_summary
+from store.errors import StoreError
+
+BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (PI_STORE_LOCK_TIMEOUT)
+CONNECT_TIMEOUT_S = 10
 _WRITE = "pi_store_write"
+_POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg")
+
+ReadOnly = Literal["ro", "immutable"]
+
+
+class BadSetting(StoreError):
+    """An environment setting that is not what it must be."""
+
+
+def _seconds(name: str, default: float) -> float:
+    """The whole seconds in ``$name`` (``default`` when unset); 0 means no limit."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise BadSetting(f"{name} must be a number of seconds (0: no limit), not {value!r}")
+    return seconds
+
+
+def connect_timeout_s() -> int:
+    """``$PI_STORE_CONNECT_TIMEOUT`` as psycopg applies it: whole seconds, at least 2 (0: none)."""
+    seconds = math.ceil(_seconds("PI_STORE_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S))
+    return 0 if seconds == 0 else max(seconds, 2)
+
+
+def lock_timeout_ms() -> int:
+    """``$PI_STORE_LOCK_TIMEOUT`` in ms (default :data:`BUSY_TIMEOUT_MS`; 0: wait as long as it takes)."""
+    return round(_seconds("PI_STORE_LOCK_TIMEOUT", BUSY_TIMEOUT_MS / 1000) * 1000)
+
+
+def statement_timeout_ms() -> int:
+    """``$PI_STORE_STATEMENT_TIMEOUT`` in ms (default 0: no limit; PostgreSQL only)."""
+    return round(_seconds("PI_STORE_STATEMENT_TIMEOUT", 0) * 1000)
+
+
+def normalize_url(url: str | URL) -> URL:
+    """The URL with ``postgres://`` and ``postgresql://`` meaning ``postgresql+psycopg://``."""
+    parsed = make_url(url)
+    if parsed.drivername in _POSTGRES_DRIVERS or parsed.drivername.startswith("postgres+"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def sqlite_path(url: str | URL) -> Path | None:
+    """The database file of a SQLite URL (None for other engines and in-memory databases)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def sqlite_read_only_uri(path: Path, mode: ReadOnly) -> str:
+    """The ``file:`` URI that opens ``path`` read-only.
+
+    ``ro``: a read-only connection that still sees concurrent writers' commits (it needs the
+    ``-shm`` file, created if missing). ``immutable``: no locking and no ``-wal`` read at all,
+    right only while nobody can change the file: SQLite's documentation says an immutable file
+    that changes anyway may give wrong results. Only used when ``ro`` cannot open the file (a
+    read-only folder or a full disk: no ``-shm`` can be made) and no ``-wal`` holds commits.
+    """
+    query = "mode=ro" if mode == "ro" else "immutable=1"
+    return f"file:{urllib.parse.quote(str(path.absolute()))}?{query}"
+
+
+def wal_holds_commits(path: Path) -> bool:
+    """Whether the database's ``-wal`` file has content (commits not yet in the database file)."""
+    try:
+        return Path(f"{path}-wal").stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def default_url() -> str:
@@ -33,29 +126,78 @@ def default_url() -> str:
     return f"sqlite:///{path}"
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine with this project's connection settings (no schema changes)."""
-    parsed = make_url(url)
+def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
+    """Create an engine with this project's connection settings (no schema changes).
+
+    ``read_only`` (SQLite files only): open the file without writing to it, see
+    :func:`sqlite_read_only_uri`; every write then fails with "attempt to write a readonly database".
+    """
+    parsed = normalize_url(url)
+    lock_ms = lock_timeout_ms()
     if parsed.get_backend_name() == "sqlite":
         memory = parsed.database in (None, "", ":memory:")
+        options: dict[str, Any] = {}
+        if read_only is not None:
+            if memory:
+                raise ValueError("an in-memory database cannot be opened read-only")
+            uri = sqlite_read_only_uri(Path(parsed.database), read_only)
+            options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                                         timeout=lock_ms / 1000)
         engine = create_engine(
             parsed,
             poolclass=StaticPool if memory else None,
-            connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+            connect_args={"check_same_thread": False, "timeout": lock_ms / 1000},
+            **options,
         )
-        _configure_sqlite(engine, memory)
-        return engine
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(parsed, pool_pre_ping=True)
+        _configure_sqlite(engine, memory, read_only is not None, lock_ms)
+    else:
+        engine = create_engine(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms))
+    _summarise_faults(engine)
+    return engine
 
 
-def _configure_sqlite(engine: Engine, memory: bool) -> None:
+def _postgres_args(url: URL, lock_ms: int) -> dict[str, Any]:
+    """psycopg connection arguments: the connect timeout, and the lock and statement timeouts as
+    session defaults (after any ``options`` the URL gives)."""
+    settings = f"-c lock_timeout={lock_ms} -c statement_timeout={statement_timeout_ms()}"
+    given = url.query.get("options")
+    given = " ".join(given) if isinstance(given, tuple) else given
+    return {"connect_timeout": connect_timeout_s(), "options": f"{given} {settings}" if given else settings}
+
+
+def _summarise_faults(engine: Engine) -> None:
+    """Faults (``store.db.faults.fault_reason``) leave the engine with a one-line message."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> BaseException | None:
+        error = context.sqlalchemy_exception
+        if not isinstance(error, DBAPIError):
+            return None
+        summarised = summarise(engine, error, connecting=context.connection is None)
+        return summarised if summarised is not error else None
+
+
+def summarise(engine: Engine, error: DBAPIError, *, connecting: bool = False) -> DBAPIError:
+    """``error`` with a one-line message when it is a fault (else ``error`` itself): the reason
+    and the database, or ``cannot connect to DATABASE: reason`` when a connection to a server failed."""
+    postgres = engine.dialect.name == "postgresql"
+    reason = fault_reason(error, connecting=connecting and postgres,
+                          connect_timeout_s=connect_timeout_s() if postgres else None)
+    if reason is None:
+        return error
+    where = masked_url(engine.url)
+    return with_summary(error, f"cannot connect to {where}: {reason}" if connecting and postgres
+                        else f"{reason} ({where})")
+
+
+def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
         cur = dbapi_conn.cursor()
-        if not memory:
+        if read_only:
+            cur.execute("PRAGMA query_only=ON")
+        elif not memory:
             cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA cache_size=-32768")  # 32 MiB of page cache: long batches and imports
@@ -63,7 +205,7 @@ def _configure_sqlite(engine: Engine, memory: bool) -> None:
         # and an append dirties ~7 pages (row, indexes, session row); measured +15 % single appends
         cur.execute("PRAGMA wal_autocheckpoint=10000")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout={lock_ms}")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -107,8 +249,8 @@ def _begin_immediate(engine: Engine, driver: Any) -> None:
     try:
         driver.execute("BEGIN IMMEDIATE")
     except engine.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, engine.dialect.loaded_dbapi.Error,
-                                  dialect=engine.dialect) from exc
+        raise summarise(engine, DBAPIError.instance("BEGIN IMMEDIATE", (), exc, engine.dialect.loaded_dbapi.Error,
+                                                    dialect=engine.dialect)) from exc
 
 
 @contextmanager

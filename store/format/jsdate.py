@@ -122,12 +122,14 @@ def parse_js_date(value: Any) -> float | None:
     return _parse_string(js_string(value))
 
 
-def js_iso(ms: float) -> str | None:
+def js_iso(ms: float | None) -> str | None:
     """``Date.prototype.toISOString()`` (also ``toJSON``) of a time value; None when invalid.
 
+    ``ms`` None is an Invalid Date (NaN, as :func:`parse_js_date` returns it): toISOString
+    throws a RangeError there, ``JSON.stringify`` writes null, and so does describe.mjs.
     Years outside 0..9999 are written in the extended form ``+YYYYYY`` / ``-YYYYYY``.
     """
-    time = _time_clip(ms)
+    time = None if ms is None else _time_clip(ms)
     if time is None:
         return None
     days, rest = divmod(int(time), _MS_PER_DAY)
