@@ -35,6 +35,14 @@ class Clock:
         return self.now
 
 
+def _create_database(conn, name: str) -> None:
+    """A scratch database whose commits do not wait for the WAL flush: a server crash could lose
+    its last commits, which nobody keeps; visibility, locks and isolation are unchanged, and the
+    suite's thousands of small write transactions stop waiting on the disk."""
+    conn.execute(text(f'CREATE DATABASE "{name}"'))
+    conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
+
+
 def _unreachable(exc: Exception) -> str:
     """Why the PostgreSQL half is skipped (also shown in capitals at the end of the run)."""
     _pg_state["skip"] = f"PostgreSQL unreachable at {PG_URL}: {type(exc).__name__}: {str(exc)[:200]}"
@@ -49,7 +57,7 @@ def scratch_pg_database(prefix: str) -> Iterator[str]:
     try:
         admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            _create_database(conn, name)
     except Exception as exc:
         pytest.skip(_unreachable(exc))
     try:
@@ -68,7 +76,7 @@ def _pg_database() -> str | None:
     try:
         admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            _create_database(conn, name)
         admin.dispose()
     except Exception as exc:
         _pg_state["url"] = None
