@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
@@ -182,22 +182,48 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progre
 @click.option("--json", "as_json", is_flag=True, help="With --all: one JSON line per file written.")
 def export_command(session: str | None, output: str | None, all_dir: str | None, as_migrated: bool,
                    as_json: bool) -> None:
-    """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all."""
+    """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all.
+
+    Files are written whole or not at all: a temporary file beside the target, renamed over it
+    once complete, so an error leaves an existing file as it was. With --all, names that would
+    clash, leave the folder or exceed 255 bytes are changed (and the change is reported); a
+    session that fails is reported and the others go on; the exit status is 1 if any failed.
+    """
     if (session is None) == (all_dir is None):
         raise click.UsageError("give a SESSION or --all DIR")
-    if all_dir is not None:
-        def report(exported: ExportedFile) -> None:
-            if as_json:
-                emit(exported.to_json())
-            else:
-                click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+    try:
+        if all_dir is not None:
+            _export_all(all_dir, as_migrated, as_json)
+        elif output:
+            current_store().export_jsonl(session, output, as_migrated=as_migrated)
+        else:
+            for chunk in current_store().iter_export(session, as_migrated=as_migrated):
+                sys.stdout.buffer.write(chunk)
+    except (OSError, SQLAlchemyError) as exc:
+        raise click.ClickException(f"export failed, nothing written: {type(exc).__name__}: {exc}") from exc
 
-        export_all(current_store(), all_dir, as_migrated=as_migrated, progress=report)
-    elif output:
-        current_store().export_jsonl(session, output, as_migrated=as_migrated)
+
+def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
+    def report(exported: ExportedFile) -> None:
+        if as_json:
+            emit(exported.to_json())
+        elif exported.error is not None:
+            click.echo(f"failed {exported.session_id} -> {exported.path}: {exported.error}")
+        else:
+            click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+        if not as_json:
+            for note in exported.notes:
+                click.echo(f"  note: {note}")
+
+    done = export_all(current_store(), directory, as_migrated=as_migrated, progress=report)
+    failed = sum(exported.error is not None for exported in done)
+    summary = {"files": len(done) - failed, "failed": failed, "renamed": sum(bool(e.notes) for e in done)}
+    if as_json:
+        emit({"summary": summary})
     else:
-        for chunk in current_store().iter_export(session, as_migrated=as_migrated):
-            sys.stdout.buffer.write(chunk)
+        click.echo(f"{summary['files']} files written, {failed} failed, {summary['renamed']} renamed", err=True)
+    if failed:
+        raise SystemExit(1)
 
 
 @main.command("verify")
