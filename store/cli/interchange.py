@@ -23,7 +23,16 @@ from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
-from store.interchange.verifying import verify_all, verify_session
+from store.interchange.verifying import (
+    API,
+    DAMAGED,
+    DIVERGED,
+    IDENTICAL,
+    check_database,
+    error_message,
+    session_ids,
+    verify_session,
+)
 from store.session_store import SessionStore
 
 _PROGRESS = click.Choice(["auto", "bar", "json", "none"])
@@ -228,27 +237,55 @@ def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
 
 @main.command("verify")
 @click.argument("session", required=False)
-@click.option("--all", "everything", is_flag=True, help="Verify every stored session.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON line per session.")
-def verify_command(session: str | None, everything: bool, as_json: bool) -> None:
-    """Re-export and compare with the imported bytes (sha256), re-derive the tree and compare with
-    the stored one, and report missing parents, duplicate ids and cycles. Exit 1 if any differs."""
+@click.option("--all", "everything", is_flag=True, help="Verify every stored session, and the database.")
+@click.option("--full", is_flag=True, help="SQLite, with --all: PRAGMA integrity_check instead of quick_check.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per session, then a summary line.")
+def verify_command(session: str | None, everything: bool, full: bool, as_json: bool) -> None:
+    """Tell identical, diverged and damaged sessions apart, one line each.
+
+    identical: export is the imported file, byte for byte. diverged: the file's lines are intact
+    and the store wrote more after them. api: created through the API, its lines and tree
+    check out. damaged: anything else (bytes differ, rows missing, tree columns that do not
+    re-derive, the database reports an error). --all also checks the database (SQLite:
+    quick_check or, with --full, integrity_check, and the full-text index). Exit status 1 if
+    anything is damaged, else 0.
+    """
     if (session is None) == (not everything):
         raise click.UsageError("give a SESSION or --all")
-    reports = verify_all(current_store()) if everything else [verify_session(current_store(), session)]
-    failed = 0
-    for health in reports:
-        failed += not health.ok
+    store = current_store()
+    counts = dict.fromkeys(_VERDICTS, 0)
+    ids, database = [session], None
+    if everything:
+        database = check_database(store, full=full)
+        try:
+            ids = session_ids(store)
+        except SQLAlchemyError as exc:
+            ids = []
+            database.problems.append(f"the list of sessions cannot be read: {error_message(exc)}")
+        if as_json:
+            emit({"database": database.to_json()})
+        else:
+            click.echo(database.describe())
+            for detail in database.details:
+                click.echo(f"  {detail}")
+    for session_id in ids:
+        health = verify_session(store, session_id)
+        counts[health.verdict] += 1
         if as_json:
             emit(health.to_json())
             continue
-        checks = [("bytes", health.bytes_ok), ("canonical", health.canonical_ok), ("tree", health.tree_ok)]
-        verdicts = ", ".join(f"{name} {'ok' if ok else 'DIFFERS'}" for name, ok in checks if ok is not None)
-        click.echo(f"{'ok' if health.ok else 'FAILED'} {health.session_id}: {verdicts or 'no checks'}; "
-                   f"{health.rows} lines, {health.entries} entries, {health.skipped} skipped, "
-                   f"{health.missing_parents} missing parents, {health.duplicate_ids} duplicate ids, "
-                   f"{health.cycles} cycles")
+        click.echo(f"{health.session_id}: {health.describe()}")
         for detail in health.details:
             click.echo(f"  {detail}")
-    if failed:
+    damaged = counts[DAMAGED] + (database is not None and not database.ok)
+    summary = {**counts, "sessions": sum(counts.values()), "databaseOk": None if database is None else database.ok}
+    if as_json:
+        emit({"summary": summary})
+    else:
+        state = "" if database is None else f"; database {'ok' if database.ok else 'damaged'}"
+        click.echo(f"{summary['sessions']} sessions: " + ", ".join(f"{counts[v]} {v}" for v in _VERDICTS) + state)
+    if damaged:
         raise SystemExit(1)
+
+
+_VERDICTS = (IDENTICAL, DIVERGED, API, DAMAGED)

@@ -102,8 +102,9 @@ def test_cli_verify_exit_status(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "verify", "--all", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    health = json.loads(run.stdout)
-    assert health["sessionId"] == session_id and health["ok"] and health["cycles"] == 1
+    database, health, summary = map(json.loads, run.stdout.splitlines())
+    assert database["database"]["ok"] and summary["summary"]["identical"] == 1
+    assert health["sessionId"] == session_id and health["verdict"] == "identical" and health["cycles"] == 1
 
 
 # ---------------------------------------------------------------------------------------------
