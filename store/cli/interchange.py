@@ -209,7 +209,8 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
             for chunk in current_store().iter_export(session, as_migrated=as_migrated):
                 sys.stdout.buffer.write(chunk)
     except (OSError, SQLAlchemyError) as exc:
-        raise click.ClickException(f"export failed, nothing written: {type(exc).__name__}: {exc}") from exc
+        kept = f" ({output} is unchanged)" if output else ""
+        raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc
 
 
 def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:

@@ -83,6 +83,7 @@ def test_cli_export_errors_leave_the_file_alone(sqlite_db: tuple[str, Path], tmp
 
     full = pi_store(db, "export", "s1", "-o", str(target), preexec_fn=full_disk)
     assert full.returncode == 1 and "File too large" in full.stderr and "Traceback" not in full.stderr
+    assert f"{target} is unchanged" in full.stderr
     damage_page_of(db_file, "entries", offset=0, nth=3)  # the page header: reading fails
     broken = pi_store(db, "export", "s1", "-o", str(target))
     assert broken.returncode == 1 and "malformed" in broken.stderr and "Traceback" not in broken.stderr
@@ -196,7 +197,7 @@ def test_export_all_reports_a_failing_session_and_goes_on(tmp_path: Path) -> Non
     assert leftovers(tmp_path / "out") == []
 
 
-def test_export_all_api_keeps_going_on_the_library_side(store: SessionStore, tmp_path: Path) -> None:
+def test_export_all_reports_instead_of_raising(store: SessionStore, tmp_path: Path) -> None:
     sm = store.create("/home/me/proj")
     sm.append_message({"role": "user", "content": "hello", "timestamp": 1})
     (tmp_path / "out").write_bytes(PRECIOUS)  # the folder is a file: nothing can be written
