@@ -153,12 +153,10 @@ def _fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Pi's folder layout
 
-NAME_MAX = 255  # bytes of UTF-8 per path component (ext4, XFS, btrfs, APFS, NTFS in UTF-16 units)
+NAME_MAX = 255  # bytes of UTF-8 per path component (ext4, XFS, btrfs, APFS)
 _UNSAFE = re.compile(r"[/\\\x00\ud800-\udfff]")  # separators, NUL, lone surrogates (no UTF-8 for them)
 _LEADING_DOTS = re.compile(r"^\.+")
 
