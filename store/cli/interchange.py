@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
@@ -23,7 +23,16 @@ from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
-from store.interchange.verifying import verify_all, verify_session
+from store.interchange.verifying import (
+    API,
+    DAMAGED,
+    DIVERGED,
+    IDENTICAL,
+    check_database,
+    error_message,
+    session_ids,
+    verify_session,
+)
 from store.session_store import SessionStore
 
 _PROGRESS = click.Choice(["auto", "bar", "json", "none"])
@@ -182,47 +191,102 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progre
 @click.option("--json", "as_json", is_flag=True, help="With --all: one JSON line per file written.")
 def export_command(session: str | None, output: str | None, all_dir: str | None, as_migrated: bool,
                    as_json: bool) -> None:
-    """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all."""
+    """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all.
+
+    Files are written whole or not at all: a temporary file beside the target, renamed over it
+    once complete, so an error leaves an existing file as it was. With --all, names that would
+    clash, leave the folder or exceed 255 bytes are changed (and the change is reported); a
+    session that fails is reported and the others go on; the exit status is 1 if any failed.
+    """
     if (session is None) == (all_dir is None):
         raise click.UsageError("give a SESSION or --all DIR")
-    if all_dir is not None:
-        def report(exported: ExportedFile) -> None:
-            if as_json:
-                emit(exported.to_json())
-            else:
-                click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+    try:
+        if all_dir is not None:
+            _export_all(all_dir, as_migrated, as_json)
+        elif output:
+            current_store().export_jsonl(session, output, as_migrated=as_migrated)
+        else:
+            for chunk in current_store().iter_export(session, as_migrated=as_migrated):
+                sys.stdout.buffer.write(chunk)
+    except (OSError, SQLAlchemyError) as exc:
+        kept = f" ({output} is unchanged)" if output else ""
+        raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc
 
-        export_all(current_store(), all_dir, as_migrated=as_migrated, progress=report)
-    elif output:
-        current_store().export_jsonl(session, output, as_migrated=as_migrated)
+
+def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
+    def report(exported: ExportedFile) -> None:
+        if as_json:
+            emit(exported.to_json())
+        elif exported.error is not None:
+            click.echo(f"failed {exported.session_id} -> {exported.path}: {exported.error}")
+        else:
+            click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+        if not as_json:
+            for note in exported.notes:
+                click.echo(f"  note: {note}")
+
+    done = export_all(current_store(), directory, as_migrated=as_migrated, progress=report)
+    failed = sum(exported.error is not None for exported in done)
+    summary = {"files": len(done) - failed, "failed": failed, "renamed": sum(bool(e.notes) for e in done)}
+    if as_json:
+        emit({"summary": summary})
     else:
-        for chunk in current_store().iter_export(session, as_migrated=as_migrated):
-            sys.stdout.buffer.write(chunk)
+        click.echo(f"{summary['files']} files written, {failed} failed, {summary['renamed']} renamed", err=True)
+    if failed:
+        raise SystemExit(1)
 
 
 @main.command("verify")
 @click.argument("session", required=False)
-@click.option("--all", "everything", is_flag=True, help="Verify every stored session.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON line per session.")
-def verify_command(session: str | None, everything: bool, as_json: bool) -> None:
-    """Re-export and compare with the imported bytes (sha256), re-derive the tree and compare with
-    the stored one, and report missing parents, duplicate ids and cycles. Exit 1 if any differs."""
+@click.option("--all", "everything", is_flag=True, help="Verify every stored session, and the database.")
+@click.option("--full", is_flag=True, help="SQLite, with --all: PRAGMA integrity_check instead of quick_check.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per session, then a summary line.")
+def verify_command(session: str | None, everything: bool, full: bool, as_json: bool) -> None:
+    """Tell identical, diverged and damaged sessions apart, one line each.
+
+    identical: export is the imported file, byte for byte. diverged: the file's lines are intact
+    and the store wrote more after them. api: created through the API, its lines and tree
+    check out. damaged: anything else (bytes differ, rows missing, tree columns that do not
+    re-derive, the database reports an error). --all also checks the database (SQLite:
+    quick_check or, with --full, integrity_check, and the full-text index). Exit status 1 if
+    anything is damaged, else 0.
+    """
     if (session is None) == (not everything):
         raise click.UsageError("give a SESSION or --all")
-    reports = verify_all(current_store()) if everything else [verify_session(current_store(), session)]
-    failed = 0
-    for health in reports:
-        failed += not health.ok
+    store = current_store()
+    counts = dict.fromkeys(_VERDICTS, 0)
+    ids, database = [session], None
+    if everything:
+        database = check_database(store, full=full)
+        try:
+            ids = session_ids(store)
+        except SQLAlchemyError as exc:
+            ids = []
+            database.problems.append(f"the list of sessions cannot be read: {error_message(exc)}")
+        if as_json:
+            emit({"database": database.to_json()})
+        else:
+            click.echo(database.describe())
+            for detail in database.details:
+                click.echo(f"  {detail}")
+    for session_id in ids:
+        health = verify_session(store, session_id)
+        counts[health.verdict] += 1
         if as_json:
             emit(health.to_json())
             continue
-        checks = [("bytes", health.bytes_ok), ("canonical", health.canonical_ok), ("tree", health.tree_ok)]
-        verdicts = ", ".join(f"{name} {'ok' if ok else 'DIFFERS'}" for name, ok in checks if ok is not None)
-        click.echo(f"{'ok' if health.ok else 'FAILED'} {health.session_id}: {verdicts or 'no checks'}; "
-                   f"{health.rows} lines, {health.entries} entries, {health.skipped} skipped, "
-                   f"{health.missing_parents} missing parents, {health.duplicate_ids} duplicate ids, "
-                   f"{health.cycles} cycles")
+        click.echo(f"{health.session_id}: {health.describe()}")
         for detail in health.details:
             click.echo(f"  {detail}")
-    if failed:
+    damaged = counts[DAMAGED] + (database is not None and not database.ok)
+    summary = {**counts, "sessions": sum(counts.values()), "databaseOk": None if database is None else database.ok}
+    if as_json:
+        emit({"summary": summary})
+    else:
+        state = "" if database is None else f"; database {'ok' if database.ok else 'damaged'}"
+        click.echo(f"{summary['sessions']} sessions: " + ", ".join(f"{counts[v]} {v}" for v in _VERDICTS) + state)
+    if damaged:
         raise SystemExit(1)
+
+
+_VERDICTS = (IDENTICAL, DIVERGED, API, DAMAGED)

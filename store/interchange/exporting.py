@@ -2,6 +2,10 @@
 comes back byte for byte; optionally the v3 form Pi writes when it migrates a file; and whole
 stores in Pi's folder layout (``--all``).
 
+Every file is written to a temporary file in the target's folder and renamed over the target only
+once it is complete and on disk (:func:`write_atomically`): a failed export — no such session, a
+database error, a full disk, an interrupt — leaves an existing file as it was.
+
 The database builds each line's bytes (``raw`` or ``line`` + ``eol``) and hands them over as
 blobs, a chunk of rows at a time, so Python touches one bytes object per line and never decodes
 or re-encodes text.
@@ -9,39 +13,49 @@ or re-encodes text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+import re
+import secrets
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.schema import sessions
+from store.errors import StoreError
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
 
 CHUNK_BYTES = 1 << 20
 FETCH_ROWS = 2000
+ALL_ROWS = 2**31 - 1  # a ``below_seq`` past every row
 
 _LINES = {
-    ("sqlite", False): "SELECT CAST(COALESCE(raw, line) || eol AS BLOB) FROM entries WHERE session_pk = ? ORDER BY seq",
-    ("sqlite", True): "SELECT CAST(line || char(10) AS BLOB) FROM entries WHERE session_pk = ? AND kind <> 'skipped' "
-                      "ORDER BY seq",
+    ("sqlite", False): "SELECT CAST(COALESCE(raw, line) || eol AS BLOB) FROM entries WHERE session_pk = ? AND seq < ? "
+                       "ORDER BY seq",
+    ("sqlite", True): "SELECT CAST(line || char(10) AS BLOB) FROM entries WHERE session_pk = ? AND seq < ? "
+                      "AND kind <> 'skipped' ORDER BY seq",
     ("postgresql", False): "SELECT COALESCE(raw, convert_to(line, 'UTF8')) || convert_to(eol, 'UTF8') FROM entries "
-                           "WHERE session_pk = %s ORDER BY seq",
+                           "WHERE session_pk = %s AND seq < %s ORDER BY seq",
     ("postgresql", True): "SELECT convert_to(line || E'\\n', 'UTF8') FROM entries WHERE session_pk = %s "
-                          "AND kind <> 'skipped' ORDER BY seq",
+                          "AND seq < %s AND kind <> 'skipped' ORDER BY seq",
 }
 
 
-def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False) -> Iterator[bytes]:
+def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False,
+                  below_seq: int = ALL_ROWS) -> Iterator[bytes]:
     """The bytes of a stored session in chunks of whole lines (about ``CHUNK_BYTES`` each), read
-    inside ``conn``'s transaction. ``as_migrated``: every line Pi keeps, in its v3 form, ``\\n``-ended."""
+    inside ``conn``'s transaction. ``as_migrated``: every line Pi keeps, in its v3 form, ``\\n``-ended.
+    ``below_seq``: only the rows before that one (the part a file held before the store wrote more)."""
     dbapi = conn.connection.dbapi_connection
     if is_sqlite(conn):
         cursor = dbapi.cursor()
@@ -49,8 +63,9 @@ def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False) 
     else:  # a server-side cursor: the rows stream instead of arriving all at once
         cursor = dbapi.cursor(name="pi_store_export")
         sql = _LINES["postgresql", as_migrated]
+    error = conn.dialect.loaded_dbapi.Error
     try:
-        cursor.execute(sql, (session_pk,))
+        cursor.execute(sql, (session_pk, below_seq))
         buffer: list[bytes] = []
         size = 0
         while rows := cursor.fetchmany(FETCH_ROWS):
@@ -62,15 +77,18 @@ def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False) 
                 buffer, size = [], 0
         if buffer:
             yield b"".join(buffer)
+    except error as exc:  # as SQLAlchemy raises it elsewhere (a damaged page: DatabaseError)
+        raise DBAPIError.instance(sql, (session_pk, below_seq), exc, error, dialect=conn.dialect) from exc
     finally:
         cursor.close()
 
 
-def session_sha256(conn: Connection, session_pk: int, limit: int | None = None) -> tuple[Any, int]:
-    """sha256 of what export writes for a stored session (of its first ``limit`` bytes when given),
-    and how many bytes that hashed."""
+def session_sha256(conn: Connection, session_pk: int, limit: int | None = None,
+                   below_seq: int = ALL_ROWS) -> tuple[Any, int]:
+    """sha256 of what export writes for a stored session (of its first ``limit`` bytes when given,
+    of its rows before ``below_seq``), and how many bytes that hashed."""
     hasher, size = hashlib.sha256(), 0
-    for chunk in session_bytes(conn, session_pk):
+    for chunk in session_bytes(conn, session_pk, below_seq=below_seq):
         if limit is not None:
             chunk = chunk[:limit - size]
         hasher.update(chunk)
@@ -89,70 +107,208 @@ def iter_export(store: SessionStore, session_id: str, as_migrated: bool = False)
 
 
 def export_jsonl(store: SessionStore, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-    """Write :func:`iter_export` to ``path``; returns the number of bytes written."""
+    """Write :func:`iter_export` to ``path`` (:func:`write_atomically`); returns the bytes written."""
+    return write_atomically(path, iter_export(store, session_id, as_migrated))
+
+
+def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
+    """Write ``chunks`` to a new temporary file beside ``path`` (through a symlink: beside the file
+    it names), fsync it, rename it over ``path`` and fsync the folder; returns the bytes written.
+
+    Anything raised on the way (by ``chunks`` too, ``KeyboardInterrupt`` included) removes the
+    temporary file and leaves ``path`` as it was. The new file keeps an existing file's permission
+    bits; a new one gets the process's umask, as ``open`` gives it.
+    """
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
+    temporary = os.path.join(folder, f".pi-store-{secrets.token_hex(8)}.tmp")
     written = 0
-    with Path(path).open("wb") as out:
-        for chunk in iter_export(store, session_id, as_migrated):
-            out.write(chunk)
-            written += len(chunk)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+                written += len(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temporary, os.stat(target).st_mode & 0o7777)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    _fsync_folder(folder)
     return written
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened: Windows)."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
 # Pi's folder layout
 
+NAME_MAX = 255  # bytes of UTF-8 per path component (ext4, XFS, btrfs, APFS)
+_UNSAFE = re.compile(r"[/\\\x00\ud800-\udfff]")  # separators, NUL, lone surrogates (no UTF-8 for them)
+_LEADING_DOTS = re.compile(r"^\.+")
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha256(_utf8(text)).hexdigest()[:length]
+
+
+def _fit(stem: str, tail: str, names: str) -> tuple[str, bool]:
+    """``stem + tail`` if that is at most ``NAME_MAX`` bytes, else ``stem`` cut at a character
+    boundary + ``~`` + 16 hex digits of the sha256 of ``names`` + ``tail``; and whether it was cut."""
+    if len(_utf8(stem + tail)) <= NAME_MAX:
+        return stem + tail, False
+    mark = f"~{_digest(names, 16)}{tail}"
+    room = NAME_MAX - len(mark.encode())
+    return stem.encode()[:room].decode("utf-8", "ignore") + mark, True
+
 
 def pi_session_dir_name(cwd: str) -> str:
     """Pi's folder for a working directory: ``--`` + the resolved path without its leading
-    separator, ``/``, ``\\`` and ``:`` turned into ``-`` + ``--`` (Pi's ``getDefaultSessionDirPath``)."""
+    separator, ``/``, ``\\`` and ``:`` turned into ``-`` + ``--`` (Pi's ``getDefaultSessionDirPath``).
+    Beyond Pi: NUL and lone surrogates become ``-`` too, and a name over ``NAME_MAX`` bytes is cut
+    and ends in a hash of the path."""
+    return _dir_name(cwd)[0]
+
+
+def _dir_name(cwd: str) -> tuple[str, bool]:
     resolved = os.path.abspath(os.path.expanduser(cwd) if cwd == "~" or cwd.startswith("~/") else cwd)
     inner = resolved[1:] if resolved[:1] in ("/", "\\") else resolved
-    return "--" + inner.replace("/", "-").replace("\\", "-").replace(":", "-") + "--"
+    return _fit("--" + _UNSAFE.sub("-", inner.replace(":", "-")), "--", resolved)
 
 
-def _file_part(text: str) -> str:
-    return text.replace("/", "-").replace("\\", "-").replace("\0", "-")
+def _file_name(session_id: str, stamp: str | None) -> tuple[str, bool]:
+    """``<stamp>_<id>.jsonl`` (or ``<id>.jsonl``) as one safe path component: separators, NUL and
+    lone surrogates as ``-``, leading dots as ``-`` (no hidden file, never ``.`` or ``..``), cut
+    with a hash when over ``NAME_MAX`` bytes."""
+    stem = session_id if stamp is None else f"{stamp}_{session_id}"
+    safe = _UNSAFE.sub("-", stem)
+    safe = _LEADING_DOTS.sub(lambda dots: "-" * len(dots.group()), safe)
+    return _fit(safe, ".jsonl", stem)
 
 
 def pi_relative_path(session_id: str, cwd: str, created: str | None, has_header: bool) -> Path:
     """Where Pi would keep a session below its sessions folder: ``--<cwd>--/<time>_<id>.jsonl``
     with the header's timestamp (``:`` and ``.`` as ``-``). A session with no header, no cwd
-    or no timestamp string (Pi could not have written it) goes to the top: ``<id>.jsonl``."""
+    or no timestamp string (Pi could not have written it) goes to the top: ``<id>.jsonl``.
+
+    The path is one or two components below the folder, never ``.``/``..``/absolute, each at most
+    ``NAME_MAX`` bytes; :func:`export_paths` settles two sessions that would share one."""
+    return _pi_path(session_id, cwd, created, has_header)[0]
+
+
+def _pi_path(session_id: str, cwd: str, created: str | None, has_header: bool) -> tuple[Path, bool]:
+    """:func:`pi_relative_path`, and whether a name in it was cut to fit ``NAME_MAX``."""
     if has_header and cwd and created is not None:
-        stamp = created.replace(":", "-").replace(".", "-")
-        return Path(pi_session_dir_name(cwd)) / _file_part(f"{stamp}_{session_id}.jsonl")
-    return Path(_file_part(f"{session_id}.jsonl"))
+        folder, folder_cut = _dir_name(cwd)
+        name, cut = _file_name(session_id, created.replace(":", "-").replace(".", "-"))
+        return Path(folder) / name, cut or folder_cut
+    name, cut = _file_name(session_id, None)
+    return Path(name), cut
+
+
+@dataclass(frozen=True, slots=True)
+class ExportTarget:
+    """Where :func:`export_all` writes one session, and why it is not the plain Pi name."""
+
+    path: Path  # relative to the export folder
+    notes: tuple[str, ...] = ()
+
+
+def _same_file_key(path: Path) -> str:
+    """Paths that may name one file: on case-insensitive (or normalising: APFS) file systems too."""
+    return unicodedata.normalize("NFC", str(path)).casefold()
+
+
+def export_paths(listing: Iterable[tuple[str, str, str | None, bool]]) -> dict[str, ExportTarget]:
+    """Session id → its file below the export folder, for ``(session id, cwd, created,
+    has_header)`` rows: :func:`pi_relative_path`, except that sessions sharing a path (``a/b`` and
+    ``a-b``; names differing only in case) keep it in this order — the one whose id needed no
+    change first, then in the given order — and the others get ``~`` + 8 hex digits of the sha256
+    of their id before ``.jsonl`` (the whole digest if even that is taken). Deterministic: the
+    same store exports to the same names."""
+    wanted: dict[str, list[tuple[bool, int, str, Path, bool]]] = {}
+    for order, (session_id, cwd, created, has_header) in enumerate(listing):
+        path, cut = _pi_path(session_id, cwd, created, has_header)
+        changed = cut or session_id not in path.name
+        wanted.setdefault(_same_file_key(path), []).append((changed, order, session_id, path, cut))
+    targets: dict[str, ExportTarget] = {}
+    taken: set[str] = set(wanted)
+    for claims in wanted.values():
+        claims.sort()
+        _, _, winner, path, cut = claims[0]
+        targets[winner] = ExportTarget(path, (f"name cut to {NAME_MAX} bytes",) if cut else ())
+        for _, _, session_id, path, _ in claims[1:]:
+            stem = path.name[:-len(".jsonl")]
+            for length in (8, 64):
+                renamed = path.with_name(_fit(f"{stem}~{_digest(session_id, length)}", ".jsonl", session_id)[0])
+                if _same_file_key(renamed) not in taken:
+                    break
+            taken.add(_same_file_key(renamed))
+            targets[session_id] = ExportTarget(renamed, (f"{path} is also the name of session {winner!r}: "
+                                                         "suffixed with a hash of the id",))
+    return targets
 
 
 @dataclass(frozen=True, slots=True)
 class ExportedFile:
+    """One session of :func:`export_all`: the file written, or the error that stopped it."""
+
     session_id: str
     path: Path
     bytes: int
+    notes: tuple[str, ...] = ()
+    error: str | None = None
 
     def to_json(self) -> dict:
-        return {"sessionId": self.session_id, "path": str(self.path), "bytes": self.bytes}
+        result: dict[str, Any] = {"sessionId": self.session_id, "path": str(self.path), "bytes": self.bytes}
+        if self.notes:
+            result["notes"] = list(self.notes)
+        if self.error is not None:
+            result["error"] = self.error
+        return result
 
 
 def export_all(store: SessionStore, directory: str | os.PathLike, as_migrated: bool = False,
                progress: Callable[[ExportedFile], None] | None = None) -> list[ExportedFile]:
-    """Write every stored session into ``directory`` in Pi's layout (:func:`pi_relative_path`)."""
+    """Write every stored session into ``directory`` in Pi's layout (:func:`export_paths`), each
+    file atomically (:func:`write_atomically`). A session that cannot be written (a database or
+    file system error) is reported with ``error`` set and the others go on."""
     root = Path(directory)
     with read_transaction(store.engine) as conn:
         listing = conn.execute(select(
             sessions.c.pk, sessions.c.session_id, sessions.c.cwd, sessions.c.created, sessions.c.header_seq,
             sessions.c.migrated_from,
         ).order_by(sessions.c.pk)).all()
+    targets = export_paths((row.session_id, row.cwd, row.created, row.header_seq is not None) for row in listing)
     done: list[ExportedFile] = []
-    for pk, session_id, cwd, created, header_seq, migrated_from in listing:
-        target = root / pi_relative_path(session_id, cwd, created, header_seq is not None)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        written = 0
-        with target.open("wb") as out, read_transaction(store.engine) as conn:
-            for chunk in session_bytes(conn, pk, as_migrated and migrated_from is not None):
-                out.write(chunk)
-                written += len(chunk)
-        done.append(ExportedFile(session_id, target, written))
+    for pk, session_id, _, _, _, migrated_from in listing:
+        target = targets[session_id]
+        path = root / target.path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with read_transaction(store.engine) as conn:
+                written = write_atomically(path, session_bytes(conn, pk, as_migrated and migrated_from is not None))
+            exported = ExportedFile(session_id, path, written, target.notes)
+        except (OSError, SQLAlchemyError, StoreError) as exc:
+            exported = ExportedFile(session_id, path, 0, target.notes, f"{type(exc).__name__}: {exc}")
+        done.append(exported)
         if progress is not None:
-            progress(done[-1])
+            progress(exported)
     return done

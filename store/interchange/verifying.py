@@ -1,12 +1,26 @@
-"""``verify``: a health report of stored sessions.
+"""``verify``: a health report of stored sessions, and of the database holding them.
 
-* **bytes** — the session is exported again and its sha256 and size compared with those of the
-  imported file (sessions created through the API have none: their lines must instead be exactly
-  what ``JSON.stringify`` writes for their values, ``\\n``-ended, as Pi writes them);
-* **tree** — the derived columns (parent row, depth, runs, latest compaction / thinking level /
-  model, superseded) are derived again from the stored lines and compared with the stored ones;
-* **findings** — what Pi's reading of the tree runs into: parent ids naming no entry, duplicate
-  ids, parent cycles (reported, not failures: they were in the file).
+Each session gets one verdict:
+
+* **identical** — imported from a file and never written to by the store: export hashes (sha256
+  and size) to the imported file's bytes;
+* **diverged** — imported from a file, then written to by the store (``sessions.diverged_seq``:
+  its first row the store wrote): the rows before it still hash to the file's bytes, and the
+  rows from it on (that many rows and entries after the file's last line) are the store's, each
+  in the form ``JSON.stringify`` writes, ``\\n``-ended, as Pi writes them;
+* **api** — created through the API (no file): every line is in that form;
+* **damaged** — anything else: the file's part differs, rows are missing, a line is not what the
+  store writes, the tree columns do not re-derive from the lines, or the database reports an
+  error reading the session.
+
+For every session whose file Pi would open, the derived columns (parent row, depth, runs, latest
+compaction / thinking level / model, superseded) are derived again from the stored lines and
+compared with the stored ones. What Pi's reading of the tree runs into — parent ids naming no
+entry, duplicate ids, parent cycles — is counted, not a damage: it was in the file.
+
+:func:`check_database` looks at the database as a whole: on SQLite ``PRAGMA quick_check`` (or
+``integrity_check``) and FTS5's ``integrity-check`` of the full-text index; on PostgreSQL the
+cheap checks that say something (invalid indexes, checksum failures).
 """
 
 from __future__ import annotations
@@ -16,13 +30,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Engine, Row, select, text
+from sqlalchemy.exc import DBAPIError
 
 from store.bulk import rows_naming
 from store.db import queries
-from store.db.engine import read_transaction
+from store.db.engine import is_sqlite, read_transaction
 from store.db.schema import entries, sessions
-from store.format import js_parse, js_stringify
+from store.format import JsonLineError, js_parse, js_stringify
 from store.interchange.exporting import session_sha256
 from store.loading import ENTRY, SKIPPED, VALUE
 from store.tree_columns import CYCLE, DUPLICATE_ID, MISSING_PARENT, NONE, StoredTree, TreeBuilder
@@ -30,7 +45,9 @@ from store.tree_columns import CYCLE, DUPLICATE_ID, MISSING_PARENT, NONE, Stored
 if TYPE_CHECKING:
     from store.session_store import SessionStore
 
-MAX_LISTED = 20  # rows and findings listed per session (all are counted)
+MAX_LISTED = 20  # rows, findings and database messages listed (all are counted)
+
+IDENTICAL, DIVERGED, API, DAMAGED = "identical", "diverged", "api", "damaged"
 
 
 @dataclass(slots=True)
@@ -41,81 +58,176 @@ class Health:
     rows: int = 0
     entries: int = 0
     skipped: int = 0
-    size: int = 0
-    sha256: str = ""
-    bytes_ok: bool | None = None  # export == imported file
-    canonical_ok: bool | None = None  # API session: every line is Pi's JSON.stringify form
+    size: int = 0  # bytes export writes
+    sha256: str = ""  # of them
+    file_lines: int | None = None  # diverged: the lines the file held (rows before ``diverged_seq``)
+    added_rows: int = 0  # diverged: rows the store wrote after them
+    added_entries: int = 0
+    bytes_ok: bool | None = None  # the file's part of the export == the imported file
+    canonical_ok: bool | None = None  # the store's lines are Pi's JSON.stringify form
     tree_ok: bool | None = None
     tree_mismatches: int = 0
+    missing_rows: int = 0
     missing_parents: int = 0
     duplicate_ids: int = 0
     cycles: int = 0
+    damage: list[str] = field(default_factory=list)  # why the verdict is ``damaged``
     details: list[str] = field(default_factory=list)
+    from_file: bool = True
+
+    @property
+    def verdict(self) -> str:
+        if self.damage:
+            return DAMAGED
+        if not self.from_file:
+            return API
+        return IDENTICAL if self.file_lines is None else DIVERGED
 
     @property
     def ok(self) -> bool:
-        return self.bytes_ok is not False and self.canonical_ok is not False and self.tree_ok is not False
+        return not self.damage
+
+    def describe(self) -> str:
+        """The verdict as ``verify`` prints it."""
+        verdict = self.verdict
+        if verdict == DAMAGED:
+            return "damaged: " + "; ".join(self.damage)
+        if verdict == DIVERGED:
+            return (f"diverged (+{self.added_rows} rows, {self.added_entries} entries after line "
+                    f"{self.file_lines})")
+        if verdict == API:
+            return "api (tree ok)"
+        return verdict
 
     def to_json(self) -> dict:
         return {
-            "sessionId": self.session_id, "ok": self.ok, "rows": self.rows, "entries": self.entries,
-            "skippedLines": self.skipped, "bytes": self.size, "sha256": self.sha256, "bytesMatch": self.bytes_ok,
-            "canonical": self.canonical_ok, "treeMatch": self.tree_ok, "treeMismatches": self.tree_mismatches,
+            "sessionId": self.session_id, "verdict": self.verdict, "ok": self.ok, "damage": self.damage,
+            "fileLines": self.file_lines, "addedRows": self.added_rows, "addedEntries": self.added_entries,
+            "rows": self.rows, "entries": self.entries, "skippedLines": self.skipped, "bytes": self.size,
+            "sha256": self.sha256, "bytesMatch": self.bytes_ok, "canonical": self.canonical_ok,
+            "treeMatch": self.tree_ok, "treeMismatches": self.tree_mismatches, "missingRows": self.missing_rows,
             "missingParents": self.missing_parents, "duplicateIds": self.duplicate_ids, "cycles": self.cycles,
             "details": self.details,
         }
 
 
 def verify_session(store: SessionStore, session_id: str) -> Health:
+    """Verify one session; an error the database reports while reading it is a ``damaged``
+    verdict (``SessionNotFound`` is raised)."""
+    try:
+        with read_transaction(store.engine) as conn:
+            return _verify(conn, queries.stored_session(conn, session_id))
+    except DBAPIError as exc:
+        health = Health(session_id)
+        health.damage.append(f"the database reports an error reading it: {error_message(exc)}")
+        return health
+
+
+def session_ids(store: SessionStore) -> list[str]:
+    """Every stored session id, in store order."""
     with read_transaction(store.engine) as conn:
-        return _verify(conn, queries.stored_session(conn, session_id))
+        return list(conn.execute(select(sessions.c.session_id).order_by(sessions.c.pk)).scalars())
 
 
 def verify_all(store: SessionStore) -> Iterator[Health]:
-    with read_transaction(store.engine) as conn:
-        ids = list(conn.execute(select(sessions.c.session_id).order_by(sessions.c.pk)).scalars())
-    for session_id in ids:
+    for session_id in session_ids(store):
         yield verify_session(store, session_id)
 
 
 def _verify(conn: Connection, session: Row) -> Health:
-    health = Health(session.session_id)
+    health = Health(session.session_id, from_file=session.source_sha256 is not None)
     hasher, health.size = session_sha256(conn, session.pk)  # the bytes export writes, re-read on purpose
     health.sha256 = hasher.hexdigest()
-    if session.source_sha256 is not None:
-        health.bytes_ok = health.sha256 == session.source_sha256 and health.size == session.source_bytes
+    store_rows_from = 0  # the first row the store wrote: its lines must be JSON.stringify's
+    if health.from_file:
+        split = session.diverged_seq
+        if split is None:
+            file_hash, file_size, store_rows_from = health.sha256, health.size, session.last_seq + 1
+        else:
+            health.file_lines = store_rows_from = split
+            prefix, file_size = session_sha256(conn, session.pk, below_seq=split)
+            file_hash = prefix.hexdigest()
+        health.bytes_ok = file_hash == session.source_sha256 and file_size == session.source_bytes
         if not health.bytes_ok:
-            health.details.append(f"export: {health.size} bytes, sha256 {health.sha256}; imported: "
+            part = "export" if split is None else f"lines 1-{split} (the file's part)"
+            health.damage.append("bytes differ from the imported file")
+            health.details.append(f"{part}: {file_size} bytes, sha256 {file_hash}; imported: "
                                   f"{session.source_bytes} bytes, sha256 {session.source_sha256}")
-    else:
-        health.canonical_ok = True
+    _check_rows(conn, session, store_rows_from, health)
+    return health
+
+
+def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: Health) -> None:
+    """Read the rows once: count them, find gaps, check the store's lines and re-derive the tree."""
     tree = TreeBuilder() if session.pi_valid else None
     stored = [array("i") for _ in range(6)]
     superseded = bytearray()
+    missing: list[int] = []
+    not_canonical: list[int] = []
     c = entries.c
     stmt = (select(c.seq, c.kind, c.line, c.raw, c.eol, c.parent_seq, c.depth, c.run_start, c.compaction_seq,
                    c.thinking_seq, c.model_seq, c.superseded)
             .where(c.session_pk == session.pk).order_by(c.seq))
+    diverged = health.file_lines is not None
+    expected = 0
     for seq, kind, line, raw, eol, *columns, is_superseded in conn.execute(stmt):
+        if seq > session.last_seq:  # a row past the session's last line: no arrays that long
+            health.damage.append(f"row {seq} lies past the session's last line ({session.last_seq + 1})")
+            tree = None
+            break
+        while expected < seq:  # rows deleted behind the store's back: stand-ins keep rows at their seq
+            missing.append(expected)
+            for column in stored:
+                column.append(NONE)
+            superseded.append(0)
+            if tree is not None:
+                tree.skip()
+            expected += 1
+        expected += 1
         health.rows += 1
         for column, cell in zip(stored, columns, strict=True):
             column.append(NONE if cell is None else cell)
         superseded.append(bool(is_superseded))
         if kind == SKIPPED:
             health.skipped += 1
-        value = js_parse(line) if kind != SKIPPED else None
-        if health.canonical_ok and kind != SKIPPED and (js_stringify(value) != line or raw is not None or eol != "\n"):
-            health.canonical_ok = False
-            health.details.append(f"line {seq + 1}: not what JSON.stringify writes for its value")
+            value = None
+        else:
+            try:
+                value = js_parse(line)
+            except JsonLineError:
+                health.damage.append(f"line {seq + 1} is stored as {kind} but is not JSON")
+                tree = None
+                continue
+        added = seq >= store_rows_from
+        if added and kind != SKIPPED and (js_stringify(value) != line or raw is not None or eol != "\n"):
+            not_canonical.append(seq)
+        if diverged and added:
+            health.added_rows += 1
+            health.added_entries += kind in (ENTRY, VALUE)
         if kind in (ENTRY, VALUE):
             health.entries += 1
             if tree is not None:
                 tree.add(seq, value)
         elif tree is not None:
             tree.skip()
+    missing.extend(range(expected, session.last_seq + 1))
+    health.missing_rows = len(missing)
+    if missing:
+        health.damage.append(f"rows missing ({len(missing)})")
+        health.details.append("missing line(s) " + _listed(missing))
+    if store_rows_from <= session.last_seq:
+        health.canonical_ok = not not_canonical
+        if not_canonical:
+            health.damage.append("lines the store wrote are not what it writes")
+            health.details.append("not JSON.stringify's form of their value, \\n-ended: line(s) "
+                                  + _listed(not_canonical))
     if tree is not None:
         _check_tree(conn, session.pk, tree, stored, superseded, health)
-    return health
+
+
+def _listed(seqs: list[int]) -> str:
+    more = f" and {len(seqs) - MAX_LISTED} more" if len(seqs) > MAX_LISTED else ""
+    return ", ".join(str(seq + 1) for seq in seqs[:MAX_LISTED]) + more
 
 
 def _check_tree(conn: Connection, session_pk: int, tree: TreeBuilder, stored: list[array], superseded: bytearray,
@@ -138,10 +250,108 @@ def _check_tree(conn: Connection, session_pk: int, tree: TreeBuilder, stored: li
     health.tree_ok = not mismatched
     health.tree_mismatches = len(mismatched)
     if mismatched:
-        health.details.append("stored tree columns differ from the lines at line(s) "
-                              + ", ".join(str(seq + 1) for seq in mismatched[:MAX_LISTED]))
+        health.damage.append("tree columns do not re-derive from the lines")
+        health.details.append("stored tree columns differ from the lines at line(s) " + _listed(mismatched))
     problems = sorted(outcome.problems + derived.problems, key=lambda p: p.seq)
     health.missing_parents = sum(p.kind == MISSING_PARENT for p in problems)
     health.duplicate_ids = sum(p.kind == DUPLICATE_ID for p in problems)
     health.cycles = sum(p.kind == CYCLE for p in problems)
     health.details += [f"line {p.seq + 1}: {p.reason}" for p in problems[:MAX_LISTED]]
+
+
+# ---------------------------------------------------------------------------------------------
+# the database as a whole
+
+
+@dataclass(slots=True)
+class DatabaseHealth:
+    """What :func:`check_database` ran and what it found (``problems`` empty: healthy)."""
+
+    checks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        ran = ", ".join(self.checks)
+        return f"database: ok ({ran})" if self.ok else f"database: damaged: {'; '.join(self.problems)} ({ran})"
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "checks": self.checks, "problems": self.problems, "details": self.details}
+
+
+def check_database(store: SessionStore, full: bool = False) -> DatabaseHealth:
+    """Engine-level checks. SQLite: ``PRAGMA quick_check`` (``integrity_check`` when ``full``:
+    also every index against its table), naming the damaged tables, and the full-text index's own
+    consistency. PostgreSQL: invalid indexes and data-checksum failures (``amcheck`` is not used)."""
+    health = DatabaseHealth()
+    try:
+        if is_sqlite(store.engine):
+            _check_sqlite(store.engine, full, health)
+        else:
+            _check_postgresql(store.engine, health)
+    except DBAPIError as exc:
+        health.problems.append(f"the check itself failed: {error_message(exc)}")
+    return health
+
+
+def _check_sqlite(engine: Engine, full: bool, health: DatabaseHealth) -> None:
+    pragma = "integrity_check" if full else "quick_check"
+    health.checks.append(pragma)
+    with read_transaction(engine) as conn:
+        names = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                  "AND sql NOT LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name")).scalars().all()
+        has_fts = conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = 'entries_fts'")).first()
+    messages = _pragma_messages(engine, f"PRAGMA {pragma}")
+    if messages:  # again table by table, to name what is damaged
+        damaged = [name for name in names if _pragma_messages(engine, f'PRAGMA {pragma}("{name}")')]
+        where = f"table(s) {', '.join(damaged)}" if damaged else "pages outside any table"
+        health.problems.append(f"{pragma} finds damage in {where}")
+        health.details += messages[:MAX_LISTED]
+    if has_fts:
+        health.checks.append("fts5 integrity-check")
+        # a write statement that writes nothing: in a transaction of its own, always rolled back.
+        # rank 0: the index's own structure, not its agreement with `entries` (rows written since
+        # the last `fts sync` are not in it yet, on purpose)
+        with engine.connect() as conn:
+            transaction = conn.begin()
+            try:
+                conn.exec_driver_sql("INSERT INTO entries_fts (entries_fts, rank) VALUES ('integrity-check', 0)")
+            except DBAPIError as exc:
+                health.problems.append(f"full-text index entries_fts is damaged ({error_message(exc)}); "
+                                       "`pi-store fts rebuild` recreates it from the entries")
+            finally:
+                transaction.rollback()
+
+
+def _pragma_messages(engine: Engine, sql: str) -> list[str]:
+    """What an integrity pragma reports (nothing: ok), an error it stops with included."""
+    try:
+        with read_transaction(engine) as conn:
+            lines = [line for (message,) in conn.exec_driver_sql(sql) for line in str(message).splitlines()]
+    except DBAPIError as exc:
+        return [f"stopped: {error_message(exc)}"]
+    return [] if lines == ["ok"] else lines
+
+
+def _check_postgresql(engine: Engine, health: DatabaseHealth) -> None:
+    health.checks += ["valid indexes", "checksum failures"]
+    with read_transaction(engine) as conn:
+        invalid = conn.execute(text(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid "
+            "WHERE t.relname IN ('sessions', 'entries', 'imports') AND t.relnamespace = current_schema()::regnamespace "
+            "AND NOT (i.indisvalid AND i.indisready) ORDER BY 1")).scalars().all()
+        failures = conn.execute(text("SELECT checksum_failures FROM pg_stat_database "
+                                     "WHERE datname = current_database()")).scalar()
+    if invalid:
+        health.problems.append(f"invalid index(es) {', '.join(invalid)}: REINDEX them")
+    if failures:
+        health.problems.append(f"{failures} data checksum failure(s) reported for this database")
+
+
+def error_message(exc: BaseException) -> str:
+    """The first line of what the database said."""
+    return str(getattr(exc, "orig", None) or exc).splitlines()[0]

@@ -30,7 +30,7 @@ def test_pi_layout_names() -> None:
     assert pi_session_dir_name("/a/b/../c/") == "--a-c--"
     assert pi_relative_path("019a", "/w", "2026-01-02T03:04:05.678Z", True) == Path(
         "--w--/2026-01-02T03-04-05-678Z_019a.jsonl")
-    assert pi_relative_path("../x", "", None, False) == Path("..-x.jsonl")
+    assert pi_relative_path("../x", "", None, False) == Path("---x.jsonl")  # no leading dots: no hidden files
 
 
 def test_export_all_in_pis_layout_round_trips(tmp_path: Path) -> None:
@@ -46,7 +46,9 @@ def test_export_all_in_pis_layout_round_trips(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "export", "--all", str(out), "--json"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    written = {item["sessionId"]: Path(item["path"]) for item in map(json.loads, done.stdout.splitlines())}
+    *items, summary = map(json.loads, done.stdout.splitlines())
+    assert summary == {"summary": {"files": len(ids), "failed": 0, "renamed": 0}}
+    written = {item["sessionId"]: Path(item["path"]) for item in items}
     assert written.keys() == ids.keys()
     for session_id, source in ids.items():
         target = written[session_id]
@@ -100,8 +102,9 @@ def test_cli_verify_exit_status(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "verify", "--all", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    health = json.loads(run.stdout)
-    assert health["sessionId"] == session_id and health["ok"] and health["cycles"] == 1
+    database, health, summary = map(json.loads, run.stdout.splitlines())
+    assert database["database"]["ok"] and summary["summary"]["identical"] == 1
+    assert health["sessionId"] == session_id and health["verdict"] == "identical" and health["cycles"] == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""Exports that cannot destroy data: every file is written whole or not at all, and ``export
+--all`` names stay inside the target folder, never clash and always fit the file system."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.errors import SessionNotFound
+from store.format import js_stringify
+from store.interchange.exporting import NAME_MAX, export_all, pi_relative_path, write_atomically
+from store.interchange.importing import import_file
+from store.session_store import SessionStore
+from tests.interchange.sqlite_damage import damage_page_of
+
+PRECIOUS = b'{"precious":true}\n'
+STAMP = "2026-01-02T03:04:05.678Z"
+
+
+def pi_store(db: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "store.cli", "--db", db, *args], capture_output=True, text=True,
+                          timeout=120, **kwargs)
+
+
+def session_file(folder: Path, session_id: str, cwd: str = "/w", timestamp: str = STAMP, lines: int = 1,
+                 name: str | None = None) -> Path:
+    """A small Pi session file with this id, cwd and header timestamp (``lines`` messages)."""
+    rows = [{"type": "session", "version": 3, "id": session_id, "timestamp": timestamp, "cwd": cwd}]
+    for n in range(lines):
+        rows.append({"type": "message", "id": f"{n:08x}", "parentId": f"{n - 1:08x}" if n else None,
+                     "timestamp": timestamp, "message": {"role": "user", "content": f"line {n} " + "x" * 200,
+                                                         "timestamp": 1}})
+    path = folder / (name or f"{abs(hash(session_id))}.jsonl")
+    path.write_bytes(b"".join(js_stringify(row).encode() + b"\n" for row in rows))
+    return path
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A SQLite store holding one session ``s1`` (a file of about 200 KB), as URL and file."""
+    db_file = tmp_path / "s.db"
+    with SessionStore.connect(f"sqlite:///{db_file}") as store:
+        import_file(store, session_file(tmp_path, "s1", lines=900))
+    yield f"sqlite:///{db_file}", db_file
+
+
+# ---------------------------------------------------------------------------------------------
+# whole or not at all
+
+
+def test_export_of_a_missing_session_leaves_the_file_alone(store: SessionStore, tmp_path: Path) -> None:
+    target = tmp_path / "precious.jsonl"
+    target.write_bytes(PRECIOUS)
+    with pytest.raises(SessionNotFound):
+        store.export_jsonl("NO_SUCH_ID", target)
+    assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
+
+
+def test_cli_export_errors_leave_the_file_alone(sqlite_db: tuple[str, Path], tmp_path: Path) -> None:
+    db, db_file = sqlite_db
+    target = tmp_path / "out" / "precious.jsonl"
+    target.parent.mkdir()
+    target.write_bytes(PRECIOUS)
+    missing = pi_store(db, "export", "NO_SUCH_ID", "-o", str(target))
+    assert missing.returncode == 1 and "no session 'NO_SUCH_ID'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    def full_disk() -> None:  # writes past 64 KiB fail with EFBIG (SIGXFSZ ignored): what a full disk does
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    full = pi_store(db, "export", "s1", "-o", str(target), preexec_fn=full_disk)
+    assert full.returncode == 1 and "File too large" in full.stderr and "Traceback" not in full.stderr
+    assert f"{target} is unchanged" in full.stderr
+    damage_page_of(db_file, "entries", offset=0, nth=3)  # the page header: reading fails
+    broken = pi_store(db, "export", "s1", "-o", str(target))
+    assert broken.returncode == 1 and "malformed" in broken.stderr and "Traceback" not in broken.stderr
+    assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
+
+
+def test_cli_export_replaces_the_file_once_complete(sqlite_db: tuple[str, Path], tmp_path: Path) -> None:
+    db, _ = sqlite_db
+    target = tmp_path / "precious.jsonl"
+    target.write_bytes(PRECIOUS)
+    target.chmod(0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    done = pi_store(db, "export", "s1", "-o", str(link))
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and target.read_bytes().startswith(b'{"type":"session"')
+    assert target.stat().st_mode & 0o777 == 0o640 and leftovers(tmp_path) == []
+
+
+def test_an_interrupted_write_leaves_the_file_alone(tmp_path: Path) -> None:
+    target = tmp_path / "precious.jsonl"
+    target.write_bytes(PRECIOUS)
+
+    def interrupted() -> Iterator[bytes]:
+        yield b"half of it\n" * 1000
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(target, interrupted())
+    assert target.read_bytes() == PRECIOUS and os.listdir(tmp_path) == ["precious.jsonl"]
+    assert write_atomically(tmp_path / "new.jsonl", [b"a\n", b"b\n"]) == 4
+    assert (tmp_path / "new.jsonl").read_bytes() == b"a\nb\n"
+    assert (tmp_path / "new.jsonl").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# names below the export folder
+
+
+@pytest.mark.parametrize(("session_id", "cwd"), [
+    ("..", "/w"), ("../../../etc/passwd", "/w"), ("/etc/passwd", "/w"), ("a\0b", "/w"), ("a/b\\c", "/w"),
+    (".hidden", "/w"), ("...", "/w"), ("s", ".."), ("s", "/"), ("s", "/x\0y/../../.."), ("s", "~"),
+    ("é" * 200, "/w"), ("s", "/" + "ü" * 300), ("\ud800", "/w"),
+], ids=["dotdot", "climb", "absolute", "nul", "separators", "dot", "dots", "cwd-dotdot", "cwd-root",
+        "cwd-nul", "cwd-home", "long-id", "long-cwd", "lone-surrogate"])
+@pytest.mark.parametrize("has_header", [True, False])
+def test_names_stay_inside_the_folder_and_fit(tmp_path: Path, session_id: str, cwd: str, has_header: bool) -> None:
+    relative = pi_relative_path(session_id, cwd, STAMP, has_header)
+    assert not relative.is_absolute() and 1 <= len(relative.parts) <= (2 if has_header else 1)
+    for part in relative.parts:
+        assert part not in (".", "..") and not part.startswith(".") and "\0" not in part
+        assert len(part.encode("utf-8")) <= NAME_MAX
+    assert relative.name.endswith(".jsonl")
+    assert relative == pi_relative_path(session_id, cwd, STAMP, has_header)  # deterministic
+    written = tmp_path / "out" / relative
+    written.parent.mkdir(parents=True)
+    written.write_bytes(b"x")  # the file system takes it
+    assert written.resolve().is_relative_to((tmp_path / "out").resolve())
+
+
+def test_ordinary_names_are_pis(tmp_path: Path) -> None:
+    session_id = "019a0c8e-51b0-7c3d-9f2e-3b8a1d2c4e5f"
+    assert pi_relative_path(session_id, "/home/me/proj", STAMP, True) == Path(
+        f"--home-me-proj--/2026-01-02T03-04-05-678Z_{session_id}.jsonl")
+
+
+def test_export_all_never_maps_two_sessions_to_one_file(tmp_path: Path) -> None:
+    """``a/b`` and ``a-b`` (same cwd and timestamp) and ``A-B`` (same name on a case-insensitive
+    file system) get three files; the one whose id needed no change keeps the plain name."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    with SessionStore.connect(db) as store:
+        for session_id in ("a/b", "a-b", "A-B", "x" * 300):
+            import_file(store, session_file(tmp_path, session_id))
+    runs = [pi_store(db, "export", "--all", str(tmp_path / name), "--json") for name in ("out", "again")]
+    assert all(run.returncode == 0 for run in runs), runs[0].stderr
+    *files, summary = [json.loads(line) for line in runs[0].stdout.splitlines()]
+    assert summary == {"summary": {"files": 4, "failed": 0, "renamed": 3}}
+    paths = {item["sessionId"]: Path(item["path"]) for item in files}
+    assert len({str(p).casefold() for p in paths.values()}) == 4
+    assert paths["a-b"].name == "2026-01-02T03-04-05-678Z_a-b.jsonl"
+    assert "a-b" in " ".join(next(i for i in files if i["sessionId"] == "a/b")["notes"])
+    for session_id, path in paths.items():
+        assert json.loads(path.read_bytes().splitlines()[0])["id"] == session_id
+        assert len(path.name.encode()) <= NAME_MAX
+    again = {json.loads(line).get("sessionId"): json.loads(line).get("path") for line in runs[1].stdout.splitlines()}
+    assert {sid: Path(p).relative_to(tmp_path / "again") for sid, p in again.items() if sid} == {
+        sid: p.relative_to(tmp_path / "out") for sid, p in paths.items()}
+    text_run = pi_store(db, "export", "--all", str(tmp_path / "text"))
+    assert text_run.stdout.count("note: ") == 3 and "4 files written, 0 failed, 3 renamed" in text_run.stderr
+
+
+def test_export_all_reports_a_failing_session_and_goes_on(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    with SessionStore.connect(db) as store:
+        for session_id in ("one", "two", "three"):
+            import_file(store, session_file(tmp_path, session_id))
+        blocked = tmp_path / "out" / pi_relative_path("two", "/w", STAMP, True)
+    blocked.mkdir(parents=True)  # a folder where the file should go: that session cannot be written
+    run = pi_store(db, "export", "--all", str(tmp_path / "out"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "failed two -> " in run.stdout and "IsADirectoryError" in run.stdout
+    assert "2 files written, 1 failed" in run.stderr
+    assert sorted(p.name.split("_")[-1] for p in (tmp_path / "out").rglob("*.jsonl") if p.is_file()) == [
+        "one.jsonl", "three.jsonl"]
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_export_all_reports_instead_of_raising(store: SessionStore, tmp_path: Path) -> None:
+    sm = store.create("/home/me/proj")
+    sm.append_message({"role": "user", "content": "hello", "timestamp": 1})
+    (tmp_path / "out").write_bytes(PRECIOUS)  # the folder is a file: nothing can be written
+    done = export_all(store, tmp_path / "out")
+    assert [d.error is not None for d in done] == [True] and (tmp_path / "out").read_bytes() == PRECIOUS
