@@ -123,6 +123,48 @@ def test_a_deleted_session_is_not_written_through_an_old_manager(store: SessionS
     assert len(store.open(replacement.get_session_id()).get_branch()) == 1
 
 
+STALE_WRITER = textwrap.dedent("""
+    import json, sys
+    from store.errors import SessionChanged
+    from store.session_store import SessionStore
+    store = SessionStore.connect(sys.argv[1])
+    sm = store.open(sys.argv[2])
+    print("opened", flush=True)
+    sys.stdin.readline()  # the other process writes meanwhile
+    report = {}
+    try:
+        sm.append_message({"role": "user", "content": "stale"})
+        report["stale"] = "written"
+    except SessionChanged as exc:
+        report["stale"] = [exc.expected, exc.found]
+    sm.refresh()
+    report["leaf"] = sm.get_leaf_id()
+    report["fresh"] = sm.append_message({"role": "user", "content": "fresh"})
+    print(json.dumps(report), flush=True)
+""")
+
+
+def test_two_processes_a_stale_append_writes_nothing(db_url: str) -> None:
+    with SessionStore.connect(db_url) as store:
+        sm, root = _conversation(store)
+        session_id = sm.get_session_id()
+        proc = subprocess.Popen([sys.executable, "-c", STALE_WRITER, db_url, session_id], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "opened", proc.stderr.read()
+            sm.branch(root)  # this process branches and appends while the other one holds its view
+            other = sm.append_message({"role": "assistant", "content": [{"type": "text", "text": "other"}]})
+            rows = _row_count(store, session_id)
+            out, err = proc.communicate("go\n", timeout=120)
+        finally:
+            proc.kill()
+        report = json.loads(out)
+        assert report["stale"] == [sm.get_version() - 1, sm.get_version()], err
+        assert report["leaf"] == other
+        assert _row_count(store, session_id) == rows + 1  # only the append made after refresh()
+        assert store.open(session_id).get_branch_ids() == [root, other, report["fresh"]]
+
+
 # ---------------------------------------------------------------------------------------------
 # the file and the store
 
