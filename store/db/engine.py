@@ -283,7 +283,7 @@ def alembic_config(engine: Engine | None = None):
     """An Alembic config pointing at this package's migrations (and at ``engine`` if given)."""
     from alembic.config import Config
 
-    import migrations
+    from store import migrations
 
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
