@@ -48,7 +48,20 @@ def sql_command(query: str, fmt: str | None, timeout: float) -> None:
             write(rows.columns, rows, sys.stdout)
 
 
-@main.command("search", context_settings={"ignore_unknown_options": True})
+_EXCLUDED = "\0"  # marks a query word "-word" while click parses the options
+
+
+class _SearchCommand(click.Command):
+    """``search`` takes ``-word`` (an exclusion) as part of the query, not as short options
+    (``-branch`` would be ``-b -r ... -h``); ``-h`` and ``--options`` stay options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 else arg
+                for arg in args]
+        return super().parse_args(ctx, args)
+
+
+@main.command("search", cls=_SearchCommand)
 @click.argument("query", nargs=-1, required=True)
 @click.option("--session", help="Only this session.")
 @click.option("--role", type=click.Choice(ROLES), help="Only this message role or entry type.")
@@ -70,10 +83,7 @@ def search_command(query: tuple[str, ...], session: str | None, role: str | None
     from store.analysis.fts import BadQuery, parse_query
     from store.analysis.search import search
 
-    unknown = [word for word in query if word.startswith("--")]
-    if unknown:
-        raise click.NoSuchOption(unknown[0])
-    text = " ".join(query)
+    text = " ".join(word.removeprefix(_EXCLUDED) for word in query)
     try:
         parse_query(text)
     except BadQuery as exc:
@@ -88,18 +98,19 @@ def search_command(query: tuple[str, ...], session: str | None, role: str | None
 
 
 def _hit_row(hit: SearchHit) -> dict:
-    doc = hit.to_json()
-    where = hit.provenance.branch + (f", {hit.provenance.compaction} compaction" if hit.provenance.compaction else "")
-    if hit.provenance.edited:
-        where += f", {hit.provenance.edited}"
-    return {**doc, "where": where}
+    return hit.to_json()
+
+
+def _where(provenance: dict) -> str:
+    where = provenance["branch"] + (f", {provenance['compaction']} compaction" if provenance["compaction"] else "")
+    return where + (f", {provenance['edited']}" if provenance["edited"] else "")
 
 
 SEARCH_COLUMNS = (
     Column("entryId", "entry", fold=False), Column("sessionId", "session", fold=False),
     Column("seq", "seq", table=False),
     Column("role", "role", text=lambda v: v or ""), Column("type", "type", table=False),
-    Column("timestamp", "time", fold=False), Column("where", "where"),
+    Column("timestamp", "time", fold=False), Column("provenance", "where", text=_where),
     Column("snippet", "snippet", text=lambda v: " ".join(_unmarked(v).split())),
 )
 
@@ -121,7 +132,7 @@ def _marked(row: dict) -> object:
 def _hit_line(row: dict) -> str:
     snippet = " ".join(_unmarked(row["snippet"]).split())
     return (f"{row['entryId']}  {row['sessionId']}  {row['role'] or row['type']}  {row['timestamp'] or '-'}  "
-            f"[{row['where']}]  {snippet}")
+            f"[{_where(row['provenance'])}]  {snippet}")
 
 
 @main.command("stats")
