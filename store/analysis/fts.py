@@ -7,8 +7,10 @@ SQLite: the FTS5 table ``entries_fts`` indexes the rows up to ``fts_watermark.in
 its planner needs the statistics ``ANALYZE`` gathers, as autovacuum does, to read the index for
 rare words).
 
-Queries are written like web searches: words (all must match), ``"a phrase"``, ``word*`` (prefix),
-``-word`` (exclude), ``OR`` between alternatives. Words are runs of letters and digits, as both
+Queries are written like web searches: words (all must match; ``AND`` between them is optional),
+``"a phrase"``, ``word*`` (prefix), ``-word`` or ``NOT word`` (exclude), ``OR`` between
+alternatives (AND binds tighter: ``a b OR c`` is ``(a AND b) OR c``). AND and NOT are
+operators in upper case only (OR in any case). Words are runs of letters and digits, as both
 indexes split text, so ``foo-bar`` searches the phrase ``foo bar``. :func:`parse_query` turns
 the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or a ``to_tsquery`` one
 with the same meaning.
@@ -86,13 +88,18 @@ def parse_query(query: str) -> Query:
     """Parse a web-search-style query (see the module docstring); raises :class:`BadQuery`."""
     alternatives: list[tuple[Term, ...]] = []
     current: list[Term] = []
+    negate_next = False  # NOT: the next word or phrase is excluded
     for match in _TOKEN.finditer(query):
         negated, phrase, star, bare = match.groups()
         if bare is not None:
-            if bare.upper() == "OR":
-                if current:
-                    alternatives.append(tuple(current))
-                current = []
+            if bare in ("AND", "NOT") or bare.upper() == "OR":  # AND, NOT upper case only (OR: as before)
+                if negate_next:
+                    raise BadQuery(f"{query!r}: NOT must be followed by a word or a phrase")
+                if bare.upper() == "OR":
+                    if current:
+                        alternatives.append(tuple(current))
+                    current = []
+                negate_next = bare == "NOT"
                 continue
             negated = "-" if bare.startswith("-") and len(bare) > 1 else ""
             body = bare[1:] if negated else bare
@@ -100,7 +107,10 @@ def parse_query(query: str) -> Query:
             phrase = body
         words = tuple(w.lower() for w in WORD.findall(phrase))
         if words:
-            current.append(Term(words, prefix=bool(star), excluded=bool(negated)))
+            current.append(Term(words, prefix=bool(star), excluded=bool(negated) != negate_next))
+        negate_next = False
+    if negate_next:
+        raise BadQuery(f"{query!r}: NOT must be followed by a word or a phrase")
     if current:
         alternatives.append(tuple(current))
     if not alternatives:

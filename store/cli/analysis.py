@@ -2,85 +2,191 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from store.analysis import fts
-from store.analysis.backfill import recompute_analysis
-from store.analysis.readonly import DEFAULT_TIMEOUT, stream_sql, write_csv, write_json, write_table
-from store.analysis.search import SearchHit, search
-from store.analysis.stats import SessionStats, session_stats
 from store.cli.app import current_store, emit, main
-from store.db.engine import write_transaction
+from store.cli.output import Column, format_options, plural, resolve, write_delimited, write_nl, write_rows
+
+if TYPE_CHECKING:
+    from store.analysis.search import SearchHit
+    from store.analysis.stats import SessionStats
+
+DEFAULT_TIMEOUT = 30.0  # as store.analysis.readonly.DEFAULT_TIMEOUT (tests/test_cli_output.py checks)
+
+# message roles (store.loading.KNOWN_ROLES) and entry types (store.format.models.ENTRY_MODELS),
+# spelled out here so that the option needs no import (tests/test_cli_output.py checks them)
+ROLES = ("assistant", "bashExecution", "branch_summary", "compaction", "context_edit", "custom", "custom_message",
+         "hookMessage", "label", "message", "model_change", "session_info", "system", "thinking_level_change",
+         "toolResult", "usage", "user")
 
 
 @main.command("sql")
 @click.argument("query")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of row objects.")
-@click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")
+@format_options("Print a JSON list of row objects.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
               help="Stop the statement after SECONDS, until its last row is printed (0: no limit).")
-def sql_command(query: str, as_json: bool, as_csv: bool, timeout: float) -> None:
-    """Run one read-only SQL statement (views: docs/sql.md) and print the rows as they come."""
+def sql_command(query: str, fmt: str | None, timeout: float) -> None:
+    """Run one read-only SQL statement (views: docs/sql.md) and print the rows as they come.
+
+    Every format streams; the table (also the piped default) sizes its columns from the first
+    1,000 rows and ends with a row count.
+    """
+    from store.analysis.readonly import json_value, row_objects, stream_sql, write_csv, write_json, write_table
+
     with stream_sql(current_store().engine, query, timeout=timeout) as rows:
-        write = write_json if as_json else write_csv if as_csv else write_table
-        write(rows.columns, rows, sys.stdout)
+        if fmt == "nl":
+            write_nl(row_objects(rows.columns, rows))
+        elif fmt == "tsv":
+            write_delimited([Column(c, c) for c in rows.columns],
+                            ({c: json_value(v) for c, v in zip(rows.columns, row, strict=True)} for row in rows), "\t")
+        else:
+            write = write_json if fmt == "json" else write_csv if fmt == "csv" else write_table
+            write(rows.columns, rows, sys.stdout)
 
 
-@main.command("search")
-@click.argument("query")
+_EXCLUDED = "\0"  # marks a query word "-word" while click parses the options
+
+
+class _SearchCommand(click.Command):
+    """``search`` takes ``-word`` (an exclusion) as part of the query, not as short options
+    (``-branch`` would be ``-b -r ... -h``); ``-h`` and ``--options`` stay options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 else arg
+                for arg in args]
+        return super().parse_args(ctx, args)
+
+
+@main.command("search", cls=_SearchCommand)
+@click.argument("query", nargs=-1, required=True)
 @click.option("--session", help="Only this session.")
-@click.option("--role", help="Only this message role (user, assistant, toolResult, ...) or entry type.")
+@click.option("--role", type=click.Choice(ROLES), help="Only this message role or entry type.")
 @click.option("--path-only", is_flag=True, help="Only entries on their session's current path.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1), help="Most hits to print.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of hits.")
-def search_command(query: str, session: str | None, role: str | None, path_only: bool, limit: int,
-                   as_json: bool) -> None:
-    """Full-text search: words, "phrases", prefix*, -excluded, OR. Newest hits first."""
-    hits = search(current_store().engine, query, session=session, role=role, path_only=path_only, limit=limit)
-    if as_json:
-        emit([hit.to_json() for hit in hits])
+@format_options("Print a JSON list of hits (matches marked <mark>...</mark>).")
+def search_command(query: tuple[str, ...], session: str | None, role: str | None, path_only: bool, limit: int,
+                   fmt: str | None) -> None:
+    """Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR. Newest hits first.
+
+    \b
+    pi-store search refactor parser       both words (AND is implied)
+    pi-store search '"unit test"'         a phrase
+    pi-store search 'pars*' -legacy       a prefix, without the word legacy
+    pi-store search 'queue OR broker NOT kafka'
+    The same meaning on SQLite and PostgreSQL. Words are letters and digits; upper-case
+    AND, OR, NOT are operators.
+    """
+    from store.analysis.fts import BadQuery, parse_query
+    from store.analysis.search import search
+
+    text = " ".join(word.removeprefix(_EXCLUDED) for word in query)
+    try:
+        parse_query(text)
+    except BadQuery as exc:
+        raise click.ClickException(f"bad search query: {exc}") from exc
+    hits = search(current_store().engine, text, session=session, role=role, path_only=path_only, limit=limit)
+    shown = resolve(fmt)
+    if not hits and shown in ("table", "plain"):
+        click.echo(f"no entries match {text!r}", err=True)
         return
-    for hit in hits:
-        click.echo(_hit_line(hit))
+    rows = [_hit_row(hit) for hit in hits]
+    write_rows(shown, SEARCH_COLUMNS, rows, _hit_line, styles={"snippet": _marked})
 
 
-def _hit_line(hit: SearchHit) -> str:
-    where = hit.provenance.branch + (f", {hit.provenance.compaction} compaction" if hit.provenance.compaction else "")
-    if hit.provenance.edited:
-        where += f", {hit.provenance.edited}"
-    snippet = " ".join(hit.snippet.split())
-    return f"{hit.entry_id}  {hit.session_id}  {hit.role or hit.type}  {hit.timestamp or '-'}  [{where}]  {snippet}"
+def _hit_row(hit: SearchHit) -> dict:
+    return hit.to_json()
+
+
+def _where(provenance: dict) -> str:
+    where = provenance["branch"] + (f", {provenance['compaction']} compaction" if provenance["compaction"] else "")
+    return where + (f", {provenance['edited']}" if provenance["edited"] else "")
+
+
+SEARCH_COLUMNS = (
+    Column("entryId", "entry", fold=False), Column("sessionId", "session", fold=False),
+    Column("seq", "seq", table=False),
+    Column("role", "role", text=lambda v: v or ""), Column("type", "type", table=False),
+    Column("timestamp", "time", fold=False), Column("provenance", "where", text=_where),
+    Column("snippet", "snippet", text=lambda v: " ".join(_unmarked(v).split())),
+)
+
+
+def _unmarked(snippet: str) -> str:
+    return snippet.replace("<mark>", "").replace("</mark>", "")
+
+
+def _marked(row: dict) -> object:
+    """The snippet with its matches highlighted (rich text), for the terminal."""
+    from rich.text import Text
+
+    text = Text()
+    for i, part in enumerate(re.split(r"</?mark>", " ".join(row["snippet"].split()))):
+        text.append(part, style="bold yellow reverse" if i % 2 else None)
+    return text
+
+
+def _hit_line(row: dict) -> str:
+    snippet = " ".join(_unmarked(row["snippet"]).split())
+    return (f"{row['entryId']}  {row['sessionId']}  {row['role'] or row['type']}  {row['timestamp'] or '-'}  "
+            f"[{_where(row['provenance'])}]  {snippet}")
 
 
 @main.command("stats")
 @click.argument("session", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def stats_command(session: str | None, as_json: bool) -> None:
-    """Messages, tool calls, tokens and cost of a session (all sessions without SESSION), per model."""
+@format_options("Print one JSON document (totals, and a row per model under \"models\").")
+def stats_command(session: str | None, fmt: str | None) -> None:
+    """Messages, tool calls, tokens and cost of a session (all sessions without SESSION), per model.
+
+    --nl, --csv and --tsv print the rows per model (provider, model, records, tokens, cost).
+    """
+    from store.analysis.stats import session_stats
+
     stats = session_stats(current_store().engine, session)
-    if as_json:
+    shown = resolve(fmt)
+    if shown == "json":
         emit(stats.to_json())
-        return
-    click.echo(_stats_text(stats))
+    elif shown in ("nl", "csv", "tsv"):
+        write_rows(shown, MODEL_COLUMNS, [_model_row(m.to_json()) for m in stats.models], str)
+    else:
+        click.echo(_stats_text(stats, by_model=shown == "plain"))
+        if stats.models and shown == "table":
+            write_rows("table", MODEL_COLUMNS, [_model_row(m.to_json()) for m in stats.models], str)
 
 
-def _stats_text(stats: SessionStats) -> str:
+def _model_row(doc: dict) -> dict:
+    tokens = doc.pop("tokens")
+    return {**doc, **{f"tokens{key[0].upper()}{key[1:]}": value for key, value in tokens.items()}}
+
+
+MODEL_COLUMNS = (
+    Column("provider", "provider", text=lambda v: v or "-"), Column("model", "model", text=lambda v: v or "(no model)"),
+    Column("records", "records", numeric=True),
+    *(Column(f"tokens{k}", k.lower(), numeric=True, text="{:,}".format, table=k == "Total")
+      for k in ("Input", "Output", "CacheRead", "CacheWrite", "Total")),
+    Column("cost", "cost", numeric=True, text="${:.4f}".format),
+)
+
+
+def _stats_text(stats: SessionStats, *, by_model: bool) -> str:
     tokens = stats.tokens
     lines = [
         f"Session {stats.session_id}" if stats.session_id else f"All sessions ({stats.sessions})",
         f"Messages: {stats.total_messages} (user {stats.user_messages}, assistant {stats.assistant_messages}, "
-        f"tool results {stats.tool_results}); tool calls {stats.tool_calls}",
+        f"tool results {stats.tool_results}); {plural(stats.tool_calls, 'tool call')}",
         f"Tokens: input {tokens.input:,} · output {tokens.output:,} · cache read {tokens.cache_read:,} · "
         f"cache write {tokens.cache_write:,} · total {tokens.total:,}",
         f"Cost: ${stats.cost:.4f}",
     ]
-    if stats.models:
+    if stats.models and by_model:
         lines.append("By model:")
         for usage in stats.models:
             name = f"{usage.provider}/{usage.model}" if usage.model else "(summaries, tool results)"
-            lines.append(f"  {name:40} {usage.records:6} records {usage.tokens.total:14,} tokens  ${usage.cost:.4f}")
+            lines.append(f"  {name:40} {plural(usage.records, 'record'):>14} {usage.tokens.total:14,} tokens  "
+                         f"${usage.cost:.4f}")
     return "\n".join(lines)
 
 
@@ -92,6 +198,8 @@ def fts_group() -> None:
 @fts_group.command("sync")
 def fts_sync_command() -> None:
     """Index what was written since the last search (SQLite; PostgreSQL indexes on write)."""
+    from store.analysis import fts
+
     click.echo(f"indexed {fts.sync(current_store().engine)} new entries")
 
 
@@ -100,6 +208,10 @@ def fts_sync_command() -> None:
               help="Also recompute every entry's search text and analysis columns (and the usage totals).")
 def fts_rebuild_command(recompute: bool) -> None:
     """Rebuild the search index from scratch."""
+    from store.analysis import fts
+    from store.analysis.backfill import recompute_analysis
+    from store.db.engine import write_transaction
+
     engine = current_store().engine
     if recompute:  # rewrites every row's search text, and the index with it
         with write_transaction(engine) as conn:

@@ -6,45 +6,76 @@ passwords masked (``PI_STORE_DEBUG=1`` shows the traceback instead). Ctrl-C exit
 
 The store is opened when a command first asks for it (``--help`` and usage errors never
 connect). Read commands (:data:`READ_COMMANDS`) still read a SQLite database that cannot be
-written (a read-only file or folder, a full disk): read-only, see :func:`open_store`.
+written (a read-only file or folder, a full disk): read-only, see :func:`open_store`; they never
+create a SQLite file that does not exist. ``--db`` takes a URL or a file path
+(``store.db.engine.resolve_url``).
+
+Start-up stays cheap: the command modules are imported when one of their commands runs
+(:data:`COMMANDS`), and SQLAlchemy and the store only when a command opens it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import logging
 import os
+import re
 import sqlite3
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from store.db.engine import (
-    ReadOnly,
-    default_url,
-    ensure_schema,
-    make_engine,
-    normalize_url,
-    sqlite_path,
-    wal_holds_commits,
-)
-from store.db.faults import CANNOT_WRITE, Summarised, fault_reason, mask_secrets, masked_url, sqlite_fault
 from store.errors import StoreError
-from store.format import js_stringify
-from store.session_store import SessionStore
 
-READ_COMMANDS = frozenset({"list", "inspect", "search", "sql", "stats", "export", "verify"})
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from store.db.engine import ReadOnly
+    from store.session_store import SessionStore
+
+READ_COMMANDS = frozenset({"list", "inspect", "search", "sql", "stats", "export", "verify", "tree"})
+
+# Each command's module (imported when the command runs: ``--help`` and one command do not import
+# them all) and its one-line help as ``pi-store --help`` lists it (tests/test_cli_app.py checks
+# it against the command's own). Modules that register commands themselves still work.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "claims": ("claims", 'Sessions claimed by a writer: owner, fencing token, expiry (without a...'),
+    "compact": ("context", "Summarise the older part of a session's context into a compaction entry."),
+    "delete": ("retention", 'Delete whole sessions (their rows, index entries and import records) in one...'),
+    "export": ("interchange", 'Write a session as JSONL (the imported bytes, unchanged), or all of them with...'),
+    "fts": ("analysis", 'The full-text search index.'),
+    "import": ("interchange", "Store session files, or every *.jsonl below folders (Pi's sessions layout),..."),
+    "inspect": ("sessions", "Print one JSON document shaped like the oracle's describe.mjs output."),
+    "list": ("sessions", 'Sessions, most recently modified first; served from the sessions table alone.'),
+    "path": ("app", "Print the database: a SQLite file's path, else its URL (password masked)."),
+    "prune": ("retention", 'Tree-aware retention: drop abandoned branches older than D, keeping what Pi...'),
+    "search": ("analysis", 'Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR.'),
+    "sql": ("analysis", 'Run one read-only SQL statement (views: docs/sql.md) and print the rows as...'),
+    "stats": ("analysis", 'Messages, tool calls, tokens and cost of a session (all sessions without...'),
+    "sync": ("interchange", 'Bring the store up to date with a Pi sessions folder: new files imported,...'),
+    "tree": ("tree", "Draw a session's tree: branches, labels, compactions, summaries, the leaf."),
+    "verify": ("interchange", 'Re-export and compare with the imported bytes (sha256), re-derive the tree...'),
+}
 
 ENVIRONMENT = """\b
 Environment:
-  PI_STORE_DB                 database URL (as --db)
+  PI_STORE_DB                 database: a SQLAlchemy URL or a SQLite file path (as --db)
   PI_STORE_CONNECT_TIMEOUT    seconds to wait for a PostgreSQL server (default 10, at least 2; 0: no limit)
   PI_STORE_LOCK_TIMEOUT       seconds to wait for a lock held by another writer (default 30)
   PI_STORE_STATEMENT_TIMEOUT  seconds a PostgreSQL statement may run (default 0: no limit)
   PI_STORE_DEBUG=1            show the traceback of an unexpected error
+  PI_STORE_SUMMARY_BASE_URL, PI_STORE_SUMMARY_MODEL, PI_STORE_SUMMARY_API_KEY
+                              the OpenAI-compatible server `compact` summarises with
+  NO_COLOR                    no colour on a terminal
+\b
+Shell completion (bash; zsh and fish: zsh_source, fish_source):
+  eval "$(_PI_STORE_COMPLETE=bash_source pi-store)"
 """
 
 
@@ -58,6 +89,8 @@ class _Opener:
     secrets: list[str] = field(default_factory=list)
 
     def where(self) -> str:
+        from store.db.faults import masked_url
+
         return masked_url(self.url) if self.url else "the default database"
 
     def close(self) -> None:
@@ -66,7 +99,29 @@ class _Opener:
 
 
 class _Commands(click.Group):
-    """The command group: every failure becomes one line (see the module docstring)."""
+    """The command group: commands imported on demand (:data:`COMMANDS`), and every failure one
+    line (see the module docstring)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"store.cli.{COMMANDS[cmd_name][0]}")  # registers its commands
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, from :data:`COMMANDS` for the commands not imported yet."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is None and name in COMMANDS:
+                rows.append((name, COMMANDS[name][1]))
+            elif command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -91,6 +146,8 @@ def _opener(ctx: click.Context) -> _Opener | None:
 
 
 def _mask(ctx: click.Context, text: str) -> str:
+    from store.db.faults import mask_secrets
+
     opener = _opener(ctx)
     return mask_secrets(text, *(opener.secrets if opener else ()))
 
@@ -101,10 +158,14 @@ def _first_line(text: str) -> str:
 
 def _describe(ctx: click.Context, exc: Exception) -> str:
     """``<what> (<where>)`` for an exception the store did not raise on purpose."""
-    if isinstance(exc, Summarised):  # a database fault, already worded with its database
-        return str(exc)
     opener = _opener(ctx)
     command = f"pi-store {opener.command}" if opener and opener.command else "pi-store"
+    from sqlalchemy.exc import DBAPIError
+
+    from store.db.faults import Summarised, fault_reason
+
+    if isinstance(exc, Summarised):  # a database fault, already worded with its database
+        return str(exc)
     if isinstance(exc, (DBAPIError, sqlite3.Error)) or type(exc).__module__.startswith("psycopg"):
         driver = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         what = fault_reason(exc) or _first_line(str(driver)) or type(driver).__name__
@@ -123,6 +184,8 @@ class _WarningsToStderr(logging.Handler):
         self.opener = opener
 
     def emit(self, record: logging.LogRecord) -> None:
+        from store.db.faults import mask_secrets
+
         click.echo(f"warning: {mask_secrets(record.getMessage(), *self.opener.secrets)}", err=True)
 
 
@@ -134,41 +197,68 @@ def _route_warnings(ctx: click.Context, opener: _Opener) -> None:
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=ENVIRONMENT)
-@click.option("--db", "url", envvar="PI_STORE_DB", help="Database URL (default: $PI_STORE_DB or a SQLite file).")
+@click.option("--db", "database", envvar="PI_STORE_DB", metavar="URL|FILE",
+              help="Database: a SQLAlchemy URL or a SQLite file path (default: $PI_STORE_DB, else "
+                   "~/.local/share/pi-store/sessions.db).")
+@click.version_option(package_name="pi-session-store", prog_name="pi-store")
 @click.pass_context
-def main(ctx: click.Context, url: str | None) -> None:
+def main(ctx: click.Context, database: str | None) -> None:
     """A SQL home for Pi coding-agent sessions: import, inspect, list and export them."""
+    from store.db.engine import resolve_url
+
+    url = resolve_url(database) if database else None
     opener = _Opener(url, ctx.invoked_subcommand)
     if url:
-        with contextlib.suppress(ArgumentError):  # not a URL at all: opening it says so
-            opener.secrets.append(normalize_url(url).password or "")
+        with contextlib.suppress(ValueError):  # not a URL at all: opening it says so
+            opener.secrets.append(urllib.parse.urlsplit(url).password or "")
     ctx.obj = opener
     ctx.call_on_close(opener.close)
     _route_warnings(ctx, opener)
 
 
+def current_url() -> str:
+    """The database URL of this invocation (``--db``, ``$PI_STORE_DB`` or the default), not opened."""
+    from store.db.engine import default_url
+
+    opener = click.get_current_context().find_object(_Opener)
+    opener.url = opener.url or default_url()
+    return opener.url
+
+
 def current_store() -> SessionStore:
     """The store of this invocation, opened on first use (read-only where it must be, for read commands)."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from store.db.faults import masked_url
+
     opener = click.get_current_context().find_object(_Opener)
     if opener.store is None:
-        opener.url = opener.url or default_url()
+        url = current_url()
         try:
-            opener.store = open_store(opener.url, for_reading=opener.command in READ_COMMANDS)
+            opener.store = open_store(url, for_reading=opener.command in READ_COMMANDS)
         except (ArgumentError, NoSuchModuleError) as exc:  # not a database URL we know
-            raise click.ClickException(f"cannot open database {masked_url(opener.url)}: {exc}") from exc
+            raise click.ClickException(f"cannot open database {masked_url(url)}: {exc}") from exc
     return opener.store
 
 
 def open_store(url: str, *, for_reading: bool) -> SessionStore:
     """Open the store at ``url`` (creating or upgrading its schema where it can).
 
-    A SQLite file that cannot be written here (a read-only file or folder, a full disk: even the
-    ``-shm`` file SQLite needs for its WAL cannot be made) is opened read-only ``for_reading``:
-    ``mode=ro`` first, which stays right with concurrent writers, else ``immutable`` when no
-    ``-wal`` file holds commits (see ``store.db.engine.sqlite_read_only_uri``). A write command
-    on a database it cannot write fails before it starts, naming the database and the reason.
+    ``for_reading``, a SQLite file that does not exist is an error (reading never creates one), and
+    one that cannot be written here (a read-only file or folder, a full disk: even the ``-shm``
+    file SQLite needs for its WAL cannot be made) is opened read-only: ``mode=ro`` first, which
+    stays right with concurrent writers, else ``immutable`` when no ``-wal`` file holds commits
+    (see ``store.db.engine.sqlite_read_only_uri``). A write command on a database it cannot
+    write fails before it starts, naming the database and the reason.
     """
+    from sqlalchemy.exc import DBAPIError
+
+    from store.db.engine import sqlite_path, wal_holds_commits
+    from store.db.faults import CANNOT_WRITE, masked_url, sqlite_fault
+
     path = sqlite_path(url)
+    if for_reading and path is not None and not path.exists():
+        raise click.ClickException(f"no database at {path} (a write command, e.g. pi-store import, creates it)")
     if not for_reading and path is not None and (reason := _unwritable(path)):
         raise click.ClickException(f"cannot write to {masked_url(url)}: {reason}")
     try:
@@ -187,13 +277,48 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
 
 
 def _connect(url: str, read_only: ReadOnly | None) -> SessionStore:
+    from store.db.engine import ensure_schema, make_engine
+    from store.session_store import SessionStore
+
     engine = make_engine(url, read_only=read_only)
     try:
-        ensure_schema(engine)
+        if _stored_revision(engine) != _head_revision():  # Alembic (slow to import) only to upgrade
+            ensure_schema(engine)
     except BaseException:
         engine.dispose()
         raise
     return SessionStore(engine)
+
+
+_REVISION = re.compile(r'^(down_)?revision\s*(?::[^=]*)?=\s*(?:"([^"]*)"|\'([^\']*)\'|None)', re.M)
+
+
+@functools.cache
+def _head_revision() -> str | None:
+    """The newest revision of ``store.migrations``, read from its scripts without Alembic (None
+    when they do not form one plain chain: then Alembic decides)."""
+    from store import migrations
+
+    revisions: dict[str, str | None] = {}
+    for script in (Path(migrations.__file__).parent / "versions").glob("*.py"):
+        found = {down: rev or rev2 for down, rev, rev2 in _REVISION.findall(script.read_text("utf-8"))}
+        if "" not in found:
+            return None
+        revisions[found[""]] = found.get("down_") or None
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _stored_revision(engine: Engine) -> str | None:
+    """The database's Alembic revision (None when it has none yet)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError:  # no such table: a new database
+        return None
 
 
 def _unwritable(path: Path) -> str | None:
@@ -211,4 +336,26 @@ def _unwritable(path: Path) -> str | None:
 
 def emit(value: object) -> None:
     """Print one JSON document (JSON.stringify's form: raw UTF-8, lone surrogates escaped)."""
+    from store.format.jsjson import js_stringify
+
     sys.stdout.write(js_stringify(value) + "\n")
+
+
+@main.command("path")
+@click.option("--json", "as_json", is_flag=True, help='Print {"database": ..., "url": ..., "engine": ...}.')
+def path_command(as_json: bool) -> None:
+    """Print the database: a SQLite file's path, else its URL (password masked).
+
+    So ``datasette "$(pi-store path)"`` opens a SQLite store. Nothing is opened or created.
+    """
+    from store.db.engine import normalize_url, sqlite_path
+    from store.db.faults import masked_url
+
+    url = current_url()
+    path = sqlite_path(url)
+    database = str(path) if path is not None else masked_url(url)
+    if as_json:
+        emit({"database": database, "url": masked_url(url), "engine": normalize_url(url).get_backend_name(),
+              "exists": path.exists() if path is not None else None})
+    else:
+        click.echo(database)

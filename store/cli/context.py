@@ -13,9 +13,11 @@ SUMMARIZERS = ("openai", "deterministic")
 
 @main.command("compact")
 @click.argument("session")
-@click.option("--keep-recent", type=int, default=services.CompactionSettings().keep_recent_tokens,
+@click.option("--keep-recent", type=click.IntRange(0),
+              default=services.CompactionSettings().keep_recent_tokens,
               show_default=True, help="Tokens of recent context kept verbatim.")
-@click.option("--reserve", type=int, default=services.CompactionSettings().reserve_tokens, show_default=True,
+@click.option("--reserve", type=click.IntRange(0),
+              default=services.CompactionSettings().reserve_tokens, show_default=True,
               help="Tokens reserved for the summary and the next answer.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (kept, summarised, tokens) and store nothing.")
 @click.option("--summarizer", type=click.Choice(SUMMARIZERS), default="openai", show_default=True,

@@ -6,7 +6,7 @@ import click
 
 from store.analysis.listing import SORTS
 from store.cli.app import current_store, emit, main
-from store.describe import describe_session
+from store.cli.output import Column, format_options, plural, resolve, write_rows
 from store.format.jsdate import parse_js_date
 
 
@@ -21,11 +21,14 @@ from store.format.jsdate import parse_js_date
 @click.option("--model", help="Only sessions that used this model (MODEL or PROVIDER/MODEL).")
 @click.option("--since", help="Only sessions modified at or after this date (ISO 8601, e.g. 2026-01-31).")
 @click.option("--until", help="Only sessions modified before this date.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print a JSON list (with --limit: {\"sessions\": [...], \"nextCursor\": ...}).")
+@format_options("Print a JSON list of sessions (with --limit too: the next page's cursor goes to stderr).")
 def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, cursor: str | None,
-                 name: str | None, model: str | None, since: str | None, until: str | None, as_json: bool) -> None:
-    """Sessions, most recently modified first; served from the sessions table alone."""
+                 name: str | None, model: str | None, since: str | None, until: str | None, fmt: str | None) -> None:
+    """Sessions, most recently modified first; served from the sessions table alone.
+
+    Piped, one line per session: id, modified, "N messages", cost, cwd, title (two spaces apart).
+    With --limit, a further page is announced on stderr as ``more: --cursor X``.
+    """
     options = {"sort": sort, "reverse": reverse, "cursor": cursor, "name": name, "model": model,
                "since_ms": _date_ms(since, "--since"), "until_ms": _date_ms(until, "--until"),
                "limit": None if limit is None else limit + 1}
@@ -35,16 +38,29 @@ def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, c
     if limit is not None and len(infos) > limit:
         infos = infos[:limit]
         next_cursor = infos[-1].cursor
-    if as_json:
-        items = [info.to_json() for info in infos]
-        emit(items if limit is None else {"sessions": items, "nextCursor": next_cursor})
-        return
-    for info in infos:
-        title = " ".join((info.name or info.first_message).split())  # one line per session
-        click.echo(f"{info.id}  {info.modified or '-':24}  {info.message_count:6} msgs  ${info.cost:<9.4f}  "
-                   f"{info.cwd}  {title[:60]}")
+    rows = [info.to_json() for info in infos]
+    write_rows(resolve(fmt), LIST_COLUMNS, rows, _list_line)
     if next_cursor:
         click.echo(f"more: --cursor {next_cursor}", err=True)
+
+
+def _title(row: dict) -> str:
+    return " ".join((row["name"] or row["firstMessage"]).split())  # one line per session
+
+
+LIST_COLUMNS = (
+    Column("id", "session", fold=False), Column("modified", "modified", fold=False),
+    Column("created", "created", table=False), Column("messageCount", "messages", numeric=True, fold=False),
+    Column("tokens", "tokens", numeric=True, text="{:,}".format, fold=False),
+    Column("cost", "cost", numeric=True, text="${:.4f}".format, fold=False), Column("cwd", "cwd"),
+    Column("name", "name", table=False), Column("firstMessage", "title", delimited=False),
+    Column("parentSession", "parent", table=False),
+)
+
+
+def _list_line(row: dict) -> str:
+    return (f"{row['id']}  {row['modified'] or '-':24}  {plural(row['messageCount'], 'message'):>14}  "
+            f"${row['cost']:<9.4f}  {row['cwd']}  {_title(row)[:60]}")
 
 
 def _date_ms(value: str | None, option: str) -> int | None:
@@ -62,4 +78,6 @@ def _date_ms(value: str | None, option: str) -> int | None:
 @click.option("--all-leaves", is_flag=True, help="Also give the path of every entry taken as leaf.")
 def inspect_command(session: str, leaf: str | None, all_leaves: bool) -> None:
     """Print one JSON document shaped like the oracle's describe.mjs output."""
+    from store.describe import describe_session
+
     emit(describe_session(current_store(), session, leaf, all_leaves))

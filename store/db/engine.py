@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
@@ -116,10 +117,22 @@ def wal_holds_commits(path: Path) -> bool:
         return False
 
 
+_URL_SCHEME = re.compile(r"^[A-Za-z][\w+.-]*://")
+
+
+def resolve_url(database: str) -> str:
+    """A SQLAlchemy URL for ``database``: a URL (``scheme://...``) as given, anything else a SQLite
+    file path (``x.db`` relative to the current directory, ``~`` expanded), as ``sqlite:////abs/x.db``."""
+    if _URL_SCHEME.match(database):
+        return database
+    return f"sqlite:///{Path(database).expanduser().absolute()}"
+
+
 def default_url() -> str:
-    """``$PI_STORE_DB``, else a SQLite file in the user's data directory."""
-    if url := os.environ.get("PI_STORE_DB"):
-        return url
+    """``$PI_STORE_DB`` (a URL or a file path, see :func:`resolve_url`), else a SQLite file in the
+    user's data directory (``$XDG_DATA_HOME/pi-store/sessions.db``, its folder created)."""
+    if database := os.environ.get("PI_STORE_DB"):
+        return resolve_url(database)
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     path = base / "pi-store" / "sessions.db"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -283,7 +296,7 @@ def alembic_config(engine: Engine | None = None):
     """An Alembic config pointing at this package's migrations (and at ``engine`` if given)."""
     from alembic.config import Config
 
-    import migrations
+    from store import migrations
 
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))

@@ -1,0 +1,86 @@
+"""The command line as a daily tool: database selection (URL or file path), ``pi-store path``,
+``--version``, the help's command table and environment, read commands never creating a file."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from store.cli import main
+from store.cli.app import COMMANDS, _head_revision
+from store.db.engine import head_revision
+
+SMALL = Path(__file__).resolve().parent / "fixtures" / "oracle" / "sessions" / "small-seed1-0.jsonl"
+
+
+def run(*args: str, env: dict | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_db_takes_a_relative_file_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run("--db", "x.db", "import", str(SMALL))[0] == 0
+    assert (tmp_path / "x.db").is_file()
+    code, out, _ = run("--db", str(tmp_path / "x.db"), "list", "--json")
+    assert code == 0 and len(__import__("json").loads(out)) == 1
+    code, out, _ = run("list", "--json", env={"PI_STORE_DB": "x.db"})
+    assert code == 0 and out.startswith("[{")
+
+
+def test_path_prints_the_file_or_the_masked_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run("--db", "x.db", "path") == (0, f"{tmp_path / 'x.db'}\n", "")
+    code, out, _ = run("--db", "x.db", "path", "--json")
+    assert code == 0 and __import__("json").loads(out) == {
+        "database": str(tmp_path / "x.db"), "url": f"sqlite:///{tmp_path / 'x.db'}", "engine": "sqlite",
+        "exists": False}
+    assert not (tmp_path / "x.db").exists()
+    code, out, _ = run("--db", "postgresql://me:secret@db.example/s", "path", "--json")
+    assert __import__("json").loads(out) == {"database": "postgresql://me:***@db.example/s",
+                                             "url": "postgresql://me:***@db.example/s",
+                                             "engine": "postgresql", "exists": None}
+    assert run("--db", "postgresql://me:secret@db.example/s", "path")[1] == "postgresql://me:***@db.example/s\n"
+
+
+@pytest.mark.parametrize("args", [["list"], ["search", "x"], ["stats"], ["sql", "SELECT 1"], ["tree", "s"],
+                                  ["inspect", "s"]])
+def test_read_commands_do_not_create_a_missing_file(tmp_path: Path, args: list[str]) -> None:
+    code, out, err = run("--db", str(tmp_path / "none.db"), *args)
+    assert code == 1 and out == ""
+    assert err == f"Error: no database at {tmp_path / 'none.db'} (a write command, e.g. pi-store import, creates it)\n"
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_version_and_help() -> None:
+    code, out, _ = run("--version")
+    assert code == 0 and out.startswith("pi-store, version ")
+    code, out, _ = run("--help")
+    for name in COMMANDS:
+        assert f"  {name} " in out, name
+    for variable in ("PI_STORE_DB", "PI_STORE_CONNECT_TIMEOUT", "PI_STORE_LOCK_TIMEOUT", "PI_STORE_STATEMENT_TIMEOUT",
+                     "PI_STORE_DEBUG", "PI_STORE_SUMMARY_BASE_URL", "_PI_STORE_COMPLETE=bash_source"):
+        assert variable in out, variable
+
+
+def test_command_table_matches_the_commands() -> None:
+    """``pi-store --help`` lists each command with its own one-line help, without importing it."""
+    from store.cli.app import main as group
+
+    for name, (module, short) in COMMANDS.items():
+        importlib.import_module(f"store.cli.{module}")
+        assert group.commands[name].get_short_help_str(limit=80) == short, name
+
+
+def test_schema_head_read_without_alembic_is_alembics() -> None:
+    assert _head_revision() == head_revision()
+
+
+def test_completion_script() -> None:
+    result = CliRunner().invoke(main, [], env={**os.environ, "_PI_STORE_COMPLETE": "bash_source"},
+                                prog_name="pi-store")
+    assert "_PI_STORE_COMPLETE=bash_complete" in result.stdout

@@ -1,0 +1,57 @@
+"""The package surface: one documented entry point (``from store import ...``), cheap to import,
+and a wheel that installs exactly one top-level import name with the Alembic scripts inside it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import store
+from store import errors
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_entry_point_names_are_the_real_classes() -> None:
+    from store.manager import SessionManager
+    from store.session_store import SessionStore
+
+    assert store.SessionStore is SessionStore
+    assert store.SessionManager is SessionManager
+    assert store.SessionChanged is errors.SessionChanged
+    for name in store.__all__:
+        assert getattr(store, name) is not None, name
+    with pytest.raises(AttributeError):
+        _ = store.NoSuchThing
+
+
+def test_import_store_loads_no_database_library() -> None:
+    code = "import sys, store; print(sorted(m for m in ('sqlalchemy', 'alembic', 'pydantic') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_migrations_ship_inside_the_store_package() -> None:
+    from store import migrations
+    from store.db.engine import head_revision
+
+    assert (Path(migrations.__file__).parent / "env.py").is_file()
+    assert head_revision() is not None
+
+
+@pytest.mark.slow
+def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"store"}
+    top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["store"]
+    assert "store/migrations/env.py" in names and "store/migrations/script.py.mako" in names
+    assert any(n.startswith("store/migrations/versions/0001_") for n in names)
