@@ -89,6 +89,7 @@ def upgrade() -> None:
         sa.Column("call_index", sa.Integer(), nullable=False),
         sa.Column("tool_call_id", sa.Text(), nullable=True),
         sa.Column("name", sa.Text(), nullable=True),
+        sa.Column("call_ms", sa.BigInteger(), nullable=True),
         sa.Column("result_seq", sa.Integer(), nullable=True),
         sa.Column("is_error", sa.Integer(), nullable=True),
         sa.Column("result_chars", sa.Integer(), nullable=True),

@@ -4,15 +4,13 @@ A tool call (a ``toolCall`` block of an assistant message) is answered by the fi
 ``toolResult`` message of its session whose ``toolCallId`` is the call's id — what the
 ``tool_calls`` view of migration 0003 computed at query time by joining every call with every
 later result of its session (quadratic per session). Here the pairing is done as rows are
-inserted, from the rows' analysis columns (``facts``, ``search_text``), in Python:
+inserted, from the rows' analysis columns (``facts``, ``search_text``): the new calls are
+inserted unanswered, then each new result, in ``seq`` order, answers the session's unanswered
+calls with its id written before it (``result_seq IS NULL``: a partial index). Rows are inserted
+in ``seq`` order, so an answered call keeps its answer: no result can be written before it.
 
-* new calls are paired with the results among the same inserted rows;
-* calls stored earlier and still unanswered (``result_seq IS NULL``, a partial index) are paired
-  with the new results. Rows are inserted in ``seq`` order, so an answered call keeps its
-  answer: no result can be written before it any more.
-
-The cost falls on rows that hold a call or a result only (one small insert, and a look-up of the
-session's unanswered calls plus an update); other rows cost a type check.
+The cost falls on rows that hold a call (one insert) or a result (one update); other rows cost
+a type check.
 
 Rows follow their call's row through the foreign key (deleted with it, renumbered with it); where
 results move or go away without their calls (``store.retention`` prune), :func:`rebuild_session`
@@ -22,10 +20,9 @@ pairs the session again; :func:`rebuild` does every session (migration 0006,
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Dialect
@@ -33,33 +30,16 @@ from sqlalchemy import Connection, Dialect
 from store.db import writes
 from store.format.jsdate import parse_js_date
 
-_INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, result_seq, "
-           "is_error, result_chars, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_OPEN = ("SELECT p.call_seq, p.call_index, p.tool_call_id, e.timestamp FROM tool_call_pairs AS p "
-         "JOIN entries AS e ON e.session_pk = p.session_pk AND e.seq = p.call_seq "
-         "WHERE p.session_pk = ? AND p.result_seq IS NULL AND p.tool_call_id IS NOT NULL")
-_ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, duration_ms = ? "
-           "WHERE session_pk = ? AND call_seq = ? AND call_index = ?")
+_INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, call_ms) "
+           "VALUES (?, ?, ?, ?, ?, ?)")
+# a result answers the session's unanswered calls with its id written before it; given in seq
+# order, each call gets the first result after it
+_ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, "
+           "duration_ms = CAST(? AS BIGINT) - call_ms "
+           "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq < ?")
 _SESSION_ROWS = ("SELECT seq, role, timestamp, facts, length(search_text) FROM entries "
                  "WHERE session_pk = ? AND kind = 'entry' AND type = 'message' "
                  "AND role IN ('assistant', 'toolResult') ORDER BY seq")
-_MAX_MS = 2**63 - 1
-
-
-class Call(NamedTuple):
-    seq: int
-    index: int
-    tool_call_id: str | None
-    name: str | None
-    ms: float | None
-
-
-class Result(NamedTuple):
-    seq: int
-    tool_call_id: str | None
-    is_error: int | None
-    chars: int
-    ms: float | None
 
 
 @functools.cache
@@ -70,25 +50,30 @@ def _positions() -> tuple[int, ...]:
                  ("session_pk", "seq", "kind", "type", "role", "timestamp", "facts", "search_text"))
 
 
+@functools.cache
+def _statements(dialect_name: str, paramstyle: str) -> tuple[str, str]:
+    fix = (lambda sql: sql) if paramstyle == "qmark" else (lambda sql: sql.replace("?", "%s"))
+    return fix(_INSERT), fix(_ANSWER)
+
+
 def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
     """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
     ``seq`` order per session) with each other and with the stored unanswered calls."""
     spk_at, seq_at, kind_at, type_at, role_at, ts_at, facts_at, text_at = _positions()
-    by_session: dict[int, tuple[list[Call], list[Result]]] = {}
+    calls: list[tuple] = []
+    answers: list[tuple] = []
     for row in rows:
         if row[type_at] != "message" or row[kind_at] != "entry":
             continue
         role = row[role_at]
         if role == "assistant":
-            if '"toolCalls"' not in row[facts_at]:
-                continue
-            found = by_session.setdefault(row[spk_at], ([], []))
-            found[0].extend(_calls(row[seq_at], row[ts_at], row[facts_at]))
+            if '"toolCalls"' in row[facts_at]:
+                calls.extend(_calls(row[spk_at], row[seq_at], row[ts_at], row[facts_at]))
         elif role == "toolResult":
-            found = by_session.setdefault(row[spk_at], ([], []))
-            found[1].append(_result(row[seq_at], row[ts_at], row[facts_at], len(row[text_at])))
-    for session_pk, (calls, results) in by_session.items():
-        _pair(cursor, dialect, session_pk, calls, results, stored=True)
+            answer = _answer(row[spk_at], row[seq_at], row[ts_at], row[facts_at], len(row[text_at]))
+            if answer is not None:
+                answers.append(answer)
+    _write(cursor, dialect, calls, answers)
 
 
 def rebuild_session(conn: Connection, session_pk: int) -> None:
@@ -97,14 +82,14 @@ def rebuild_session(conn: Connection, session_pk: int) -> None:
     cursor.execute(writes.dbapi_sql(conn.dialect, "DELETE FROM tool_call_pairs WHERE session_pk = ?"),
                    (session_pk,))
     cursor.execute(writes.dbapi_sql(conn.dialect, _SESSION_ROWS), (session_pk,))
-    calls: list[Call] = []
-    results: list[Result] = []
+    calls: list[tuple] = []
+    answers: list[tuple] = []
     for seq, role, timestamp, facts, chars in cursor.fetchall():
         if role == "assistant":
-            calls.extend(_calls(seq, timestamp, facts))
-        else:
-            results.append(_result(seq, timestamp, facts, chars))
-    _pair(cursor, conn.dialect, session_pk, calls, results, stored=False)
+            calls.extend(_calls(session_pk, seq, timestamp, facts))
+        elif (answer := _answer(session_pk, seq, timestamp, facts, chars)) is not None:
+            answers.append(answer)
+    _write(cursor, conn.dialect, calls, answers)
 
 
 def rebuild(conn: Connection) -> int:
@@ -115,47 +100,13 @@ def rebuild(conn: Connection) -> int:
     return conn.exec_driver_sql("SELECT count(*) FROM tool_call_pairs").scalar_one()
 
 
-def _pair(cursor: Any, dialect: Dialect, session_pk: int, calls: list[Call], results: list[Result], *,
-          stored: bool) -> None:
-    answers: dict[str, list[Result]] = {}
-    for result in results:  # ascending seq
-        if result.tool_call_id is not None:
-            answers.setdefault(result.tool_call_id, []).append(result)
-    if stored and answers:
-        cursor.execute(writes.dbapi_sql(dialect, _OPEN), (session_pk,))
-        waiting = [Call(seq, index, call_id, None, _ms(timestamp))
-                   for seq, index, call_id, timestamp in cursor.fetchall() if call_id in answers]
-        updates = []
-        for call in waiting:
-            result = _answer(call, answers)
-            if result is not None:
-                updates.append((*_result_columns(call, result), session_pk, call.seq, call.index))
-        if updates:
-            cursor.executemany(writes.dbapi_sql(dialect, _ANSWER), updates)
+def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple]) -> None:
+    """Insert the calls unanswered, then let the results (in seq order) answer them."""
+    insert, answer = _statements(dialect.name, dialect.paramstyle)
     if calls:
-        cursor.executemany(writes.dbapi_sql(dialect, _INSERT), [
-            (session_pk, call.seq, call.index, call.tool_call_id, call.name,
-             *_result_columns(call, _answer(call, answers)))
-            for call in calls
-        ])
-
-
-def _answer(call: Call, answers: dict[str, list[Result]]) -> Result | None:
-    """The first result after ``call`` with its id."""
-    candidates = answers.get(call.tool_call_id) if call.tool_call_id is not None else None
-    if not candidates:
-        return None
-    at = bisect.bisect_right(candidates, call.seq, key=lambda result: result.seq)
-    return candidates[at] if at < len(candidates) else None
-
-
-def _result_columns(call: Call, result: Result | None) -> tuple:
-    if result is None:
-        return None, None, None, None
-    duration = None
-    if call.ms is not None and result.ms is not None and abs(result.ms - call.ms) <= _MAX_MS:
-        duration = int(result.ms - call.ms)
-    return result.seq, result.is_error, result.chars, duration
+        cursor.executemany(insert, calls)
+    if answers:
+        cursor.executemany(answer, answers)
 
 
 def _facts(facts: str | dict) -> dict:
@@ -163,18 +114,24 @@ def _facts(facts: str | dict) -> dict:
     return orjson.loads(facts) if isinstance(facts, str) else facts
 
 
-def _calls(seq: int, timestamp: str | None, facts: str | dict) -> Iterable[Call]:
+def _calls(session_pk: int, seq: int, timestamp: str | None, facts: str | dict) -> Iterable[tuple]:
+    """``_INSERT`` parameters of a message's tool calls."""
     ms = _ms(timestamp)
     for index, call in enumerate(_facts(facts).get("toolCalls", ())):
-        yield Call(seq, index, call.get("id"), call.get("name"), ms)
+        yield session_pk, seq, index, call.get("id"), call.get("name"), ms
 
 
-def _result(seq: int, timestamp: str | None, facts: str | dict, text_chars: int) -> Result:
+def _answer(session_pk: int, seq: int, timestamp: str | None, facts: str | dict, text_chars: int) -> tuple | None:
+    """``_ANSWER`` parameters of a tool result (None without a ``toolCallId``: it answers nothing)."""
     values = _facts(facts)
-    return Result(seq, values.get("toolCallId"), values.get("isError"), values.get("textChars", text_chars),
-                  _ms(timestamp))
+    call_id = values.get("toolCallId")
+    if call_id is None:
+        return None
+    return (seq, values.get("isError"), values.get("textChars", text_chars), _ms(timestamp), session_pk, call_id,
+            seq)
 
 
-def _ms(timestamp: str | None) -> float | None:
+def _ms(timestamp: str | None) -> int | None:
     """A row's timestamp in ms (JavaScript's ``Date`` reading), None when absent or invalid."""
-    return None if timestamp is None else parse_js_date(timestamp)
+    ms = None if timestamp is None else parse_js_date(timestamp)
+    return None if ms is None else int(ms)

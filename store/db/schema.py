@@ -211,6 +211,7 @@ class ToolCallPairRow(Base):
     call_index: Mapped[int] = mapped_column(Integer, primary_key=True, doc="position among its tool calls")
     tool_call_id: Mapped[str | None] = mapped_column(Text)
     name: Mapped[str | None] = mapped_column(Text)
+    call_ms: Mapped[int | None] = mapped_column(BigInteger, doc="the call's timestamp, ms since the epoch")
     result_seq: Mapped[int | None] = mapped_column(Integer, doc="seq of the answering toolResult message")
     is_error: Mapped[int | None] = mapped_column(Integer, doc="the result's isError (0/1), if it has one")
     result_chars: Mapped[int | None] = mapped_column(Integer, doc="length of the result's plain text")
