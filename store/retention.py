@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, bindparam, case, select, text
 
+from store.analysis import pairs
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
@@ -402,6 +403,7 @@ def _apply(conn: Connection, plan: _Plan, session) -> None:
             updates.append((position, *columns, row.pk))
     if updates:  # ascending: each row moves to a number that no kept row holds any more
         cursor.executemany(dbapi_sql(conn.dialect, _RENUMBER), updates)
+    pairs.rebuild_session(conn, plan.session_pk)  # a call's result may be gone, or renumbered
     _refresh_session(conn, plan, session, kept, new_seq)
 
 

@@ -12,7 +12,9 @@ from store.analysis import include_name
 from store.db import queries
 from store.db.engine import alembic_config, make_engine, read_transaction
 from store.db.schema import Base
+from store.errors import StoreError
 from store.session_store import SessionStore
+from tests.oracle_support import FIXTURES
 
 
 def test_upgrade_from_empty_then_downgrade_to_base(db_url: str) -> None:
@@ -47,3 +49,29 @@ def test_path_query_plan_uses_indexes_only(tmp_path) -> None:
         scans = [d for d in details if d.startswith("SCAN") and d.split()[1] not in ("w", "walk")]
         assert not scans, details  # only the recursive table itself is scanned
         assert any("USING INDEX" in d or "PRIMARY KEY" in d for d in details), details
+
+
+def test_tool_call_pairs_migration_with_data(db_url: str) -> None:
+    """Down to 0005 with sessions stored (the query-time view returns), then up again: 0006 pairs
+    the stored tool calls and the view returns the same rows."""
+    columns = ("session_id, entry_id, seq, call_index, tool_call_id, name, result_entry_id, result_seq, is_error, "
+               "result_chars, on_path")
+    query = text(f"SELECT {columns} FROM tool_calls ORDER BY session_id, seq, call_index")
+    with SessionStore.connect(db_url) as store:
+        for path in sorted((FIXTURES / "sessions").glob("*.jsonl"))[:30]:
+            try:
+                store.import_file(path)
+            except StoreError:  # files sharing a session id: the first one stays
+                continue
+        with read_transaction(store.engine) as conn:
+            kept = conn.execute(query).all()
+        assert sum(1 for row in kept if row.result_seq is not None) > 10
+        config = alembic_config(store.engine)
+        command.downgrade(config, "0005")
+        assert "tool_call_pairs" not in inspect(store.engine).get_table_names()
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(query).all() == kept
+        command.upgrade(config, "head")
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(query).all() == kept
+            assert conn.execute(text("SELECT count(*) FROM tool_call_pairs")).scalar_one() == len(kept)

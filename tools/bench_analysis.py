@@ -12,7 +12,8 @@ sessions / 1,000,000 entries, against Pi listing the same sessions as JSONL in t
    (``pi-store fts sync``: the time is reported; PostgreSQL indexes while importing).
 3. Times (median of ``--reps``): the first page of ``list`` in each sort order, a filtered page,
    a deep page by cursor; searches (a word of one session, a middling and the most common word, a
-   phrase, a prefix, one session's, path-only); the ten queries of ``docs/sql.md``.
+   phrase, a prefix, one session's, path-only); the first page (``LIMIT 100``) of every view;
+   the queries of ``docs/sql.md``.
 4. Baseline: ``SessionManager.listAll(DIR)`` of the real Pi over the same files (through
    ``../shared/oracle/run.sh``; reported missing when the oracle is not installed): the ratio is
    Pi's time over ours. Pi has no search: listing is how ``/resume`` finds a session by its text.
@@ -39,7 +40,7 @@ import orjson
 from benchmarking import ORACLE_RUN, RESULTS, ROOT, SHARED, median_ms, record
 from sqlalchemy import text
 
-from store.analysis import fts
+from store.analysis import VIEWS, fts
 from store.analysis.readonly import run_sql
 from store.db.engine import is_sqlite, read_transaction
 from store.session_store import SessionStore
@@ -274,6 +275,10 @@ def main() -> None:
         ms = median_ms(lambda o=options: store.search(writer.vocabulary[10], **o), args.reps)
         record(op=f"search: common word, {label}", ms=ms, pi_list_ms=pi_ms, vs_pi=pi_ms and pi_ms / ms)
 
+    for view in VIEWS:
+        sql = f"SELECT * FROM {view} LIMIT 100"
+        ms = median_ms(lambda s=sql: run_sql(store.engine, s), max(3, args.reps // 5))
+        record(op=f"view first page {view}", ms=ms)
     doc = (ROOT / "docs" / "sql.md").read_text("utf-8").split("## Ten queries", 1)[1].split("\n## ", 1)[0]
     for title, sql in re.findall(r"### (.+?)\n.*?```sql\n(.*?)```", doc, flags=re.S):
         ms = median_ms(lambda s=sql: run_sql(store.engine, s), max(3, args.reps // 5))

@@ -6,6 +6,10 @@ what runs against them: ``extract`` (the analysis columns of a row, computed on 
 ``readonly`` (``pi-store sql``), ``listing`` (``pi-store list``) and ``backfill`` (recomputing).
 """
 
+# The documented views (docs/sql.md), in the order the documentation lists them.
+VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels",
+         "current_path")
+
 # Objects of migration 0003 that the ORM models do not describe (an FTS5 table and its shadow
 # tables, a watermark table, an expression index): schema comparisons against the models skip them.
 HAND_WRITTEN = frozenset({

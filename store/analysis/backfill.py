@@ -1,7 +1,8 @@
 """Recomputing the analysis columns of stored rows from their ``line``, and the search index.
 
-Migration 0003 runs it once for rows stored before it; ``pi-store fts rebuild --recompute`` runs it
-after the extraction rules change. Writes go through the caller's transaction.
+Migration 0003 runs it once for rows stored before it (0006 pairs the tool calls);
+``pi-store fts rebuild --recompute`` runs it after the extraction rules change.
+Writes go through the caller's transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from store.analysis import fts
+from store.analysis import fts, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.writes import dbapi_sql
 from store.format import JsonLineError, js_parse
@@ -19,10 +20,11 @@ BATCH = 2000
 _SELECT = "SELECT pk, line FROM entries WHERE kind = 'entry' AND pk > ? ORDER BY pk LIMIT ?"
 
 
-def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS) -> int:
-    """Recompute every entry's analysis columns and the search index; returns the number of
-    entry rows. ``columns``: the ones to write (a migration names those that exist at its
-    revision, so that columns added later do not break its upgrade)."""
+def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS, *, tool_calls: bool = True) -> int:
+    """Recompute every entry's analysis columns, the search index and (``tool_calls``) the
+    tool-call pairs; returns the number of entry rows. ``columns`` / ``tool_calls``: what to
+    write (a migration names what exists at its revision, so that what later revisions add does
+    not break its upgrade)."""
     fts.clear(conn)  # SQLite: nothing is indexed while the text changes (no per-row index work)
     cursor = conn.connection.dbapi_connection.cursor()
     positions = [ANALYSIS_COLUMNS.index(column) for column in columns]
@@ -38,6 +40,8 @@ def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUM
         cursor.executemany(update, [(*(analysis[i] for i in positions), pk) for analysis, pk in values])
         last, count = rows[-1][0], count + len(rows)
     fts.catch_up(conn)
+    if tool_calls:
+        pairs.rebuild(conn)
     return count
 
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Dialect
 
+from store.analysis.pairs import pair_inserted
 from store.db.writes import INSERT_ROW, dbapi_sql
 from store.format.jsdate import storable_ms
 
@@ -58,6 +59,7 @@ class AppendCursor:
 
     def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
         self._cursor = dbapi_connection.cursor()
+        self._dialect = dialect
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
         self._ids = dbapi_sql(dialect, _IDS)
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
@@ -87,9 +89,10 @@ class AppendCursor:
         return {row[0] for row in self._cursor.fetchall()}
 
     def insert(self, rows: list[tuple]) -> None:
-        """Insert rows given as tuples in ``ROW_COLUMNS`` order."""
+        """Insert rows given as tuples in ``ROW_COLUMNS`` order (and pair their tool calls)."""
         if rows:
             self._cursor.executemany(self._insert, rows)
+            pair_inserted(self._cursor, self._dialect, rows)
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,

@@ -37,6 +37,7 @@ from sqlalchemy import (
     Boolean,
     Double,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -194,3 +195,35 @@ class ImportRow(Base):
 
 
 imports = ImportRow.__table__
+
+
+class ToolCallPairRow(Base):
+    """One ``toolCall`` block of an assistant message and the tool result that answers it: the
+    first later ``toolResult`` message of the session with its ``toolCallId`` (``result_seq``
+    NULL while there is none). Kept by ``store.analysis.pairs`` when rows are written; read by
+    the ``tool_calls`` view (migration 0006). Rows follow their call's row: deleted with it,
+    renumbered with it (the foreign key's actions)."""
+
+    __tablename__ = "tool_call_pairs"
+
+    session_pk: Mapped[int] = mapped_column(Integer, primary_key=True)
+    call_seq: Mapped[int] = mapped_column(Integer, primary_key=True, doc="seq of the assistant message")
+    call_index: Mapped[int] = mapped_column(Integer, primary_key=True, doc="position among its tool calls")
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
+    name: Mapped[str | None] = mapped_column(Text)
+    call_ms: Mapped[int | None] = mapped_column(BigInteger, doc="the call's timestamp, ms since the epoch")
+    result_seq: Mapped[int | None] = mapped_column(Integer, doc="seq of the answering toolResult message")
+    is_error: Mapped[int | None] = mapped_column(Integer, doc="the result's isError (0/1), if it has one")
+    result_chars: Mapped[int | None] = mapped_column(Integer, doc="length of the result's plain text")
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger, doc="result timestamp minus call timestamp")
+
+    __table_args__ = (
+        ForeignKeyConstraint(["session_pk", "call_seq"], ["entries.session_pk", "entries.seq"],
+                             ondelete="CASCADE", onupdate="CASCADE"),
+        # the calls still waiting for a result: what a newly written result is matched against
+        Index("ix_tool_call_pairs_open", "session_pk", "tool_call_id", sqlite_where=text("result_seq IS NULL"),
+              postgresql_where=text("result_seq IS NULL")),
+    )
+
+
+tool_call_pairs = ToolCallPairRow.__table__

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Dialect, insert
 
+from store.analysis import pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.schema import sessions
 from store.db.stored_text import db_text
@@ -63,17 +64,19 @@ _COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 
 def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
     """Insert ``entry_values`` tuples inside ``conn``'s transaction: the driver's ``executemany``
-    (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row)."""
+    (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row); then pair their
+    tool calls and results (``store.analysis.pairs``)."""
     cursor = conn.connection.dbapi_connection.cursor()
     if conn.dialect.name == "postgresql":
         if rows:
             with cursor.copy(_COPY_ROWS) as copy:
                 for row in rows:
                     copy.write_row(row)
-        return
-    sql = dbapi_sql(conn.dialect, INSERT_ROW)
-    for start in range(0, len(rows), batch):
-        cursor.executemany(sql, rows[start:start + batch])
+    else:
+        sql = dbapi_sql(conn.dialect, INSERT_ROW)
+        for start in range(0, len(rows), batch):
+            cursor.executemany(sql, rows[start:start + batch])
+    pairs.pair_inserted(cursor, conn.dialect, rows)
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:
