@@ -35,6 +35,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Column,
     Double,
     ForeignKey,
     Index,
@@ -43,12 +44,12 @@ from sqlalchemy import (
     MetaData,
     SmallInteger,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
@@ -64,133 +65,107 @@ NAMING = {
 }
 
 
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
+metadata = MetaData(naming_convention=NAMING)
 
-
-class SessionRow(Base):
-    """One session: header fields, denormalised listing info, and where it came from."""
-
-    __tablename__ = "sessions"
-
-    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text, unique=True)
-    version: Mapped[int | None] = mapped_column(Integer)
-    cwd: Mapped[str] = mapped_column(Text, default="")
-    parent_session: Mapped[str | None] = mapped_column(Text)
-    created: Mapped[str | None] = mapped_column(Text, doc="header timestamp as written")
-    created_ms: Mapped[int | None] = mapped_column(BigInteger, doc="header timestamp, ms since epoch")
-    activity_ms: Mapped[int | None] = mapped_column(
-        BigInteger, doc="latest user/assistant message time (Pi's list rule: message ms, else entry time)"
-    )
-    modified_ms: Mapped[int | None] = mapped_column(
-        BigInteger, doc="latest user/assistant activity (Pi's list rule), else header time"
-    )
-    name: Mapped[str | None] = mapped_column(Text, doc="latest session_info name, trimmed")
-    first_message: Mapped[str | None] = mapped_column(Text, doc="first non-empty user text")
-    entry_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
-    message_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
-    header_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the header line")
-    last_seq: Mapped[int] = mapped_column(Integer, default=-1, doc="row of the last physical line")
-    leaf_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the last entry: the leaf on open")
-    pi_valid: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi would open this file")
-    pi_listable: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi's list() would show it")
-    has_conversation: Mapped[bool] = mapped_column(Boolean, default=False, doc="holds a user/assistant message")
-    migrated_from: Mapped[str | None] = mapped_column(Text, doc="header version before migration")
-    source_path: Mapped[str | None] = mapped_column(Text)
-    source_sha256: Mapped[str | None] = mapped_column(String(64))
-    source_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
+# One session: header fields, denormalised listing info, and where it came from.
+sessions = Table(
+    "sessions", metadata,
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", Text, unique=True, nullable=False),
+    Column("version", Integer),
+    Column("cwd", Text, default="", nullable=False),
+    Column("parent_session", Text),
+    Column("created", Text, doc="header timestamp as written"),
+    Column("created_ms", BigInteger, doc="header timestamp, ms since epoch"),
+    Column("activity_ms", BigInteger,
+           doc="latest user/assistant message time (Pi's list rule: message ms, else entry time)"),
+    Column("modified_ms", BigInteger, doc="latest user/assistant activity (Pi's list rule), else header time"),
+    Column("name", Text, doc="latest session_info name, trimmed"),
+    Column("first_message", Text, doc="first non-empty user text"),
+    Column("entry_count", Integer, default=0, nullable=False),
+    Column("message_count", Integer, default=0, nullable=False),
+    Column("header_seq", Integer, doc="row of the header line"),
+    Column("last_seq", Integer, default=-1, doc="row of the last physical line", nullable=False),
+    Column("leaf_seq", Integer, doc="row of the last entry: the leaf on open"),
+    Column("pi_valid", Boolean, default=True, doc="Pi would open this file", nullable=False),
+    Column("pi_listable", Boolean, default=True, doc="Pi's list() would show it", nullable=False),
+    Column("has_conversation", Boolean, default=False, doc="holds a user/assistant message", nullable=False),
+    Column("migrated_from", Text, doc="header version before migration"),
+    Column("source_path", Text),
+    Column("source_sha256", String(64)),
+    Column("source_bytes", BigInteger),
+    Column("source_mtime_ms", BigInteger),
     # ownership (migration 0004, docs/design.md "Many writers, one truth")
-    row_version: Mapped[int] = mapped_column(
-        BigInteger, server_default="0", doc="write transactions that changed the session (optimistic writes)"
-    )
-    claim_owner: Mapped[str | None] = mapped_column(Text, doc="the writer holding the session's claim")
-    claim_token: Mapped[int] = mapped_column(
-        BigInteger, server_default="0", doc="fencing token: grows with every claim, never goes back"
-    )
-    claim_expires_ms: Mapped[int | None] = mapped_column(BigInteger, doc="when another writer may take over")
-    diverged_seq: Mapped[int | None] = mapped_column(
-        Integer, doc="first row the store wrote to a session imported from a file (NULL: the file's history)"
-    )
-
+    Column("row_version", BigInteger, server_default="0",
+           doc="write transactions that changed the session (optimistic writes)", nullable=False),
+    Column("claim_owner", Text, doc="the writer holding the session's claim"),
+    Column("claim_token", BigInteger, server_default="0",
+           doc="fencing token: grows with every claim, never goes back", nullable=False),
+    Column("claim_expires_ms", BigInteger, doc="when another writer may take over"),
+    Column("diverged_seq", Integer,
+           doc="first row the store wrote to a session imported from a file (NULL: the file's history)"),
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
-    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"))
+    Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"),
+)
 
-
-class EntryRow(Base):
-    """One physical line of a session file (see the module docstring for the derived columns)."""
-
-    __tablename__ = "entries"
-
-    pk: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(
-        String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"
-    )
-    entry_id: Mapped[str | None] = mapped_column(Text)
-    parent_id: Mapped[str | None] = mapped_column(Text)
-    type: Mapped[str | None] = mapped_column(Text)
-    role: Mapped[str | None] = mapped_column(Text, doc="message role for type='message'")
-    target_id: Mapped[str | None] = mapped_column(Text, doc="targetId of label / context_edit")
-    timestamp: Mapped[str | None] = mapped_column(Text)
-    line: Mapped[str] = mapped_column(Text)
-    raw: Mapped[bytes | None] = mapped_column(LargeBinary)
-    eol: Mapped[str] = mapped_column(String(2), default="\n")
-    parent_seq: Mapped[int | None] = mapped_column(Integer)
-    depth: Mapped[int | None] = mapped_column(Integer)
-    run_start: Mapped[int | None] = mapped_column(Integer)
-    compaction_seq: Mapped[int | None] = mapped_column(Integer)
-    thinking_seq: Mapped[int | None] = mapped_column(Integer)
-    model_seq: Mapped[int | None] = mapped_column(Integer)
-    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+# One physical line of a session file (see the module docstring for the derived columns).
+entries = Table(
+    "entries", metadata,
+    Column("pk", RowId, primary_key=True, autoincrement=True),
+    Column("session_pk", ForeignKey("sessions.pk", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped", nullable=False),
+    Column("entry_id", Text),
+    Column("parent_id", Text),
+    Column("type", Text),
+    Column("role", Text, doc="message role for type='message'"),
+    Column("target_id", Text, doc="targetId of label / context_edit"),
+    Column("timestamp", Text),
+    Column("line", Text, nullable=False),
+    Column("raw", LargeBinary),
+    Column("eol", String(2), default="\n", nullable=False),
+    Column("parent_seq", Integer),
+    Column("depth", Integer),
+    Column("run_start", Integer),
+    Column("compaction_seq", Integer),
+    Column("thinking_seq", Integer),
+    Column("model_seq", Integer),
+    Column("superseded", Boolean, default=False, nullable=False),
     # analysis columns (store.analysis.extract): never NULL, '' / 0 / '{}' when the row has none
-    search_text: Mapped[str] = mapped_column(Text, server_default="", doc="plain text, then other searchable text")
-    facts: Mapped[str] = mapped_column(Json, server_default="{}", doc="per-type analysis fields (a JSON object)")
-    provider: Mapped[str] = mapped_column(Text, server_default="", doc="provider billed for this row's usage")
-    model: Mapped[str] = mapped_column(Text, server_default="", doc="model billed for this row's usage")
-    has_usage: Mapped[int] = mapped_column(SmallInteger, server_default="0", doc="1: Pi's /session counts it")
-    usage_input: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_output: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cache_read: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cache_write: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cost: Mapped[float] = mapped_column(Double, server_default="0", doc="cost.total")
+    Column("search_text", Text, server_default="", doc="plain text, then other searchable text", nullable=False),
+    Column("facts", Json, server_default="{}", doc="per-type analysis fields (a JSON object)", nullable=False),
+    Column("provider", Text, server_default="", doc="provider billed for this row's usage", nullable=False),
+    Column("model", Text, server_default="", doc="model billed for this row's usage", nullable=False),
+    Column("has_usage", SmallInteger, server_default="0", doc="1: Pi's /session counts it", nullable=False),
+    Column("usage_input", BigInteger, server_default="0", nullable=False),
+    Column("usage_output", BigInteger, server_default="0", nullable=False),
+    Column("usage_cache_read", BigInteger, server_default="0", nullable=False),
+    Column("usage_cache_write", BigInteger, server_default="0", nullable=False),
+    Column("usage_cost", Double, server_default="0", doc="cost.total", nullable=False),
+    UniqueConstraint("session_pk", "seq"),
+    Index(None, "session_pk", "entry_id", "seq"),
+    Index(None, "session_pk", "parent_id"),
+    # partial: the common message rows stay out of these two (fewer pages written per append)
+    Index(None, "session_pk", "type", "seq", sqlite_where=text("type <> 'message'"),
+          postgresql_where=text("type <> 'message'")),
+    Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
+          postgresql_where=text("target_id IS NOT NULL")),
+    # usage totals per session and the models it used, read from the index alone (list, stats)
+    Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
+          "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
+          postgresql_where=text("has_usage = 1")),
+)
 
-    __table_args__ = (
-        UniqueConstraint("session_pk", "seq"),
-        Index(None, "session_pk", "entry_id", "seq"),
-        Index(None, "session_pk", "parent_id"),
-        # partial: the common message rows stay out of these two (fewer pages written per append)
-        Index(None, "session_pk", "type", "seq", sqlite_where=text("type <> 'message'"),
-              postgresql_where=text("type <> 'message'")),
-        Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
-              postgresql_where=text("target_id IS NOT NULL")),
-        # usage totals per session and the models it used, read from the index alone (list, stats)
-        Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
-              "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
-              postgresql_where=text("has_usage = 1")),
-    )
-
-
-sessions = SessionRow.__table__
-entries = EntryRow.__table__
-
-
-class ImportRow(Base):
-    """One imported source file: the stored prefix of it (see migration 0002)."""
-
-    __tablename__ = "imports"
-
-    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    source_path: Mapped[str] = mapped_column(Text, unique=True, doc="absolute path of the file")
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), index=True)
-    source_bytes: Mapped[int] = mapped_column(BigInteger, doc="length of the stored prefix of the file")
-    source_sha256: Mapped[str] = mapped_column(String(64), doc="sha256 of that prefix")
-    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
-    revision: Mapped[int] = mapped_column(Integer, doc="imports of this path that stored new bytes")
-    imported_ms: Mapped[int] = mapped_column(BigInteger, doc="when the last of them committed")
-
-
-imports = ImportRow.__table__
+# One imported source file: the stored prefix of it (see migration 0002).
+imports = Table(
+    "imports", metadata,
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    Column("source_path", Text, unique=True, doc="absolute path of the file", nullable=False),
+    Column("session_pk", ForeignKey("sessions.pk", ondelete="CASCADE"), index=True, nullable=False),
+    Column("source_bytes", BigInteger, doc="length of the stored prefix of the file", nullable=False),
+    Column("source_sha256", String(64), doc="sha256 of that prefix", nullable=False),
+    Column("source_mtime_ms", BigInteger),
+    Column("revision", Integer, doc="imports of this path that stored new bytes", nullable=False),
+    Column("imported_ms", BigInteger, doc="when the last of them committed", nullable=False),
+)
