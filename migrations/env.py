@@ -7,10 +7,10 @@ from alembic import context
 
 from store.analysis import include_name
 from store.db.engine import make_engine
-from store.db.schema import Base
+from store.db.schema import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def run_migrations_online() -> None:

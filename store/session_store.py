@@ -11,28 +11,26 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
-from store import new_entries, retention
+from store import new_entries
 from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
-from store.analysis.search import SearchHit, search
-from store.analysis.stats import SessionStats, session_stats
-from store.bulk import store_session_rows
 from store.db import queries
-from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
-from store.db.schema import Base, sessions
-from store.errors import SessionExists
-from store.format import js_stringify
+from store.db.engine import default_url, make_engine, read_transaction, write_transaction
+from store.db.schema import sessions
 from store.format.jsdate import js_iso
-from store.interchange.exporting import export_jsonl, iter_export
-from store.interchange.importing import ImportReport, import_file
-from store.interchange.syncing import import_paths
-from store.loading import ENTRY, HEADER, VALUE, LineRow
-from store.manager import SessionManager
-from store.ownership import Claim, list_claims, release_claim, take_claim
-from store.retention import DeleteReport, PruneReport, RetentionPolicy
+
+if TYPE_CHECKING:  # the rest is imported where it is used: ``pi-store list`` loads none of it
+    from sqlalchemy import Engine
+
+    from store.analysis.search import SearchHit
+    from store.analysis.stats import SessionStats
+    from store.interchange.importing import ImportReport
+    from store.manager import SessionManager
+    from store.ownership import Claim
+    from store.retention import DeleteReport, PruneReport, RetentionPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +74,8 @@ class SessionStore:
         :func:`store.db.engine.default_url`). ``clock`` returns ms since the epoch and ``ids``
         the new ids (see :data:`store.new_entries.IdSource`); both default to the real ones and
         exist so that a run can be repeated exactly (tests, the differential against Pi)."""
+        from store.db.engine import ensure_schema
+
         engine = make_engine(url or default_url())
         ensure_schema(engine)
         return cls(engine, clock, ids)
@@ -123,6 +123,8 @@ class SessionStore:
 
     def open(self, session_id: str) -> SessionManager:
         """The stored session ``session_id``, its leaf restored from its last entry."""
+        from store.manager import SessionManager
+
         with read_transaction(self.engine) as conn:
             row = queries.stored_session(conn, session_id)
         return SessionManager(self, self.engine, row.pk, persist=True, flushed=True)
@@ -187,16 +189,26 @@ class SessionStore:
 
     def search(self, query: str, **options: Any) -> list[SearchHit]:
         """Full-text search over stored history (``store.analysis.search.search``)."""
+        from store.analysis.search import search
+
         return search(self.engine, query, **options)
 
     def stats(self, session_id: str | None = None) -> SessionStats:
         """Token and cost totals like Pi's ``/session`` (all sessions when ``session_id`` is None)."""
+        from store.analysis.stats import session_stats
+
         return session_stats(self.engine, session_id)
 
     def session_from_entries(self, head: dict, body: Iterable[Any], *, persist: bool,
                              force_write: bool = False) -> SessionManager:
         """A manager for a session made of ``head`` and ``body`` (parsed entries): stored now when
         it is persistent and holds a conversation (or ``force_write``), else kept private."""
+        from store.bulk import store_session_rows
+        from store.errors import SessionExists
+        from store.format.jsjson import js_stringify
+        from store.loading import ENTRY, HEADER, VALUE, LineRow
+        from store.manager import SessionManager
+
         values = [head, *body]
         rows = [LineRow(seq, HEADER if seq == 0 else (ENTRY if isinstance(v, dict) else VALUE), v,
                         js_stringify(v), None, "\n") for seq, v in enumerate(values)]
@@ -217,40 +229,56 @@ class SessionStore:
     def claim(self, session_id: str, owner: str, ttl_ms: int | None = 60_000, *, force: bool = False) -> Claim:
         """Claim a session for ``owner`` with a new fencing token (see ``SessionManager.claim``,
         which also makes that manager write under it)."""
+        from store.ownership import take_claim
+
         with write_transaction(self.engine) as conn:
             return take_claim(conn, session_id, owner, ttl_ms=ttl_ms, now_ms=self.clock(), force=force)
 
     def release_claim(self, session_id: str, *, owner: str | None = None, token: int | None = None) -> bool:
         """End a session's claim (only if ``owner`` / ``token`` match, when given); returns whether
         one ended. The token stays: the old holder cannot write again."""
+        from store.ownership import release_claim
+
         with write_transaction(self.engine) as conn:
             return release_claim(conn, session_id, owner=owner, token=token)
 
     def claims(self) -> list[Claim]:
         """Every session's current claim, live or expired (``Claim.live``)."""
+        from store.ownership import list_claims
+
         with read_transaction(self.engine) as conn:
             return list_claims(conn)
 
     # ------------------------------------------------------------------ interchange
     def import_jsonl(self, path: str | os.PathLike) -> str:
         """Store one session file (any Pi version, any oddity) and return its session id."""
+        from store.interchange.importing import import_file
+
         return import_file(self, path).session_id
 
     def import_file(self, path: str | os.PathLike) -> ImportReport:
         """Store one session file; re-importing the same bytes changes nothing."""
+        from store.interchange.importing import import_file
+
         return import_file(self, path)
 
     def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False) -> list[ImportReport]:
         """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
         file, failures (conflicts, strict refusals) included (``store.interchange.syncing``)."""
+        from store.interchange.syncing import import_paths
+
         return list(import_paths(self, paths, strict=strict, replace=replace))
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
         """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""
+        from store.interchange.exporting import export_jsonl
+
         return export_jsonl(self, session_id, path, as_migrated)
 
     def iter_export(self, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:
         """The bytes of :meth:`export_jsonl`, in chunks of whole lines."""
+        from store.interchange.exporting import iter_export
+
         return iter_export(self, session_id, as_migrated)
 
     # ------------------------------------------------------------------ retention
@@ -259,18 +287,24 @@ class SessionStore:
         """Delete one session or several in one transaction (``store.retention``). An unknown id
         raises ``SessionNotFound`` naming every unknown id and deletes nothing, unless
         ``ignore_missing`` (then the report lists them)."""
-        return retention.delete_sessions(self.engine, session_ids, dry_run=dry_run, ignore_missing=ignore_missing)
+        from store.retention import delete_sessions
+
+        return delete_sessions(self.engine, session_ids, dry_run=dry_run, ignore_missing=ignore_missing)
 
     def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True) -> PruneReport:
         """Trim old abandoned branches (or, with ``policy.delete_sessions``, old sessions) by
         ``policy``; a dry run unless ``apply``. SQLite files are compacted after an applied prune
         unless ``vacuum`` is False (``store.retention``)."""
-        return retention.prune(self.engine, policy, now_ms=self.clock(), apply=apply, vacuum=vacuum)
+        from store.retention import prune
+
+        return prune(self.engine, policy, now_ms=self.clock(), apply=apply, vacuum=vacuum)
 
 
 def _private_engine() -> Engine:
+    from store.db.schema import metadata
+
     engine = make_engine("sqlite://")
-    Base.metadata.create_all(engine)
+    metadata.create_all(engine)
     return engine
 
 

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED: Path = REPO_ROOT.parent / "shared"
+
+
+def shared_dir() -> Path:
+    """The shared test data (the oracle, the corpus, the conformance suite, the baselines):
+    ``$PI_STORE_SHARED``, else ``../shared`` beside the repository. Every test and tool finds it here."""
+    return Path(os.environ.get("PI_STORE_SHARED") or REPO_ROOT.parent / "shared").expanduser().resolve()
+
+
+SHARED: Path = shared_dir()
 ORACLE_SRC: Path = SHARED / "oracle"
 RUN_SH: Path = ORACLE_SRC / "run.sh"
 CORPUS_DIR: Path = SHARED / "corpus" / "pi-sessions"
@@ -57,7 +65,7 @@ def _oracle_problem() -> str | None:
     """Why the live oracle cannot run here, or None when it can."""
     setup = "run ../shared/oracle/setup.sh (with the same PI_ORACLE_DIR)"
     if not RUN_SH.is_file():
-        return f"Pi oracle scripts not found: no {RUN_SH} (the ../shared checkout is missing)"
+        return f"Pi oracle scripts not found: no {RUN_SH} (no shared folder there: set PI_STORE_SHARED)"
     if not os.access(ORACLE_NODE, os.X_OK):
         return f"Pi oracle not installed: no executable Node at {ORACLE_NODE}; {setup}"
     if not PI_PACKAGE_JSON.is_file():
@@ -195,7 +203,7 @@ class FixtureCase:
         """Why the input bytes are not available here (only for corpus cases), else None."""
         path = self.source_path
         if not path.is_file():
-            return f"corpus file {path} is absent (../shared/corpus is not checked out here)"
+            return f"corpus file {path} is absent (no corpus in the shared folder {SHARED}: set PI_STORE_SHARED)"
         return None
 
     def source_bytes(self) -> bytes:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from store.cli import main
-from store.cli.app import COMMANDS, _head_revision
-from store.db.engine import head_revision
+from store.cli.app import COMMANDS
+from store.db.engine import head_revision, script_head
 
 SMALL = Path(__file__).resolve().parent / "fixtures" / "oracle" / "sessions" / "small-seed1-0.jsonl"
 
@@ -77,7 +77,7 @@ def test_command_table_matches_the_commands() -> None:
 
 
 def test_schema_head_read_without_alembic_is_alembics() -> None:
-    assert _head_revision() == head_revision()
+    assert script_head() == head_revision()
 
 
 def test_completion_script() -> None:

@@ -35,6 +35,32 @@ def test_import_store_loads_no_database_library() -> None:
     assert done.stdout.strip() == "[]"
 
 
+# What a listing of an up-to-date store needs is SQLAlchemy (the schema's typed models) and the
+# listing: none of these.
+HEAVY = ("alembic", "pydantic", "httpx", "rich", "store.manager", "store.interchange")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The :data:`HEAVY` modules a fresh interpreter holds after running ``code``."""
+    probe = f"import sys\n{code}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return eval(done.stdout.strip().splitlines()[-1])  # a printed list of names
+
+
+def test_listing_an_up_to_date_store_loads_only_what_it_needs(tmp_path: Path) -> None:
+    """``SessionStore.connect`` and ``pi-store list`` on a store at the head revision: no Alembic,
+    no pydantic models, no HTTP client (start-up time: tools/bench_startup.py)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with store.SessionStore.connect(url) as created:  # creates the schema (Alembic runs here)
+        created.create(str(tmp_path)).append_message({"role": "user", "content": "hi", "timestamp": 1})
+    api = f"from store import SessionStore\nSessionStore.connect({url!r}).list_all()"
+    cli = f"import sys\nfrom store.cli import main\nsys.argv = ['pi-store', '--db', {url!r}, 'list']\n" \
+          "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code"
+    assert _loaded_after(api) == []
+    assert _loaded_after(cli) == []
+    assert "store.manager" in _loaded_after(f"{api}\nimport store.manager")  # the probe sees them
+
+
 def test_migrations_ship_inside_the_store_package() -> None:
     from store import migrations
     from store.db.engine import head_revision

@@ -11,7 +11,7 @@ from sqlalchemy import inspect, text
 from store.analysis import include_name
 from store.db import queries
 from store.db.engine import alembic_config, make_engine, read_transaction
-from store.db.schema import Base
+from store.db.schema import metadata
 from store.errors import StoreError
 from store.session_store import SessionStore
 from tests.oracle_support import FIXTURES
@@ -24,7 +24,7 @@ def test_upgrade_from_empty_then_downgrade_to_base(db_url: str) -> None:
     assert {"sessions", "entries"} <= set(inspect(engine).get_table_names())
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"include_name": include_name})  # FTS etc. are by hand
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []
     command.downgrade(config, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     command.upgrade(config, "head")  # and back: the migration is repeatable

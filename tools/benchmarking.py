@@ -13,11 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(ROOT))
+
+from tests.oracle_support import SHARED  # noqa: E402  ($PI_STORE_SHARED, else ../shared)
+
 BASELINES = SHARED / "baselines"
 ORACLE_RUN = SHARED / "oracle" / "run.sh"
 RESULTS: list[dict] = []
-sys.path.insert(0, str(ROOT))
 
 
 def record(**fields: object) -> dict:

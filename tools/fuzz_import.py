@@ -61,8 +61,10 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
+from tests.oracle_support import SHARED  # noqa: E402
+
 FIXTURES = ROOT / "tests" / "fixtures" / "oracle" / "sessions"
-CORPUS = Path(os.environ.get("PI_STORE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("PI_STORE_CORPUS") or SHARED / "corpus")
 PG_ADMIN_URL = os.environ.get("PI_STORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ACCEPTED = ("imported", "appended", "rebuilt", "replaced")
 REFUSED = ("conflict", "refused", "failed")

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from store.db.engine import is_sqlite
 from store.db.schema import entries, sessions
 from store.errors import StoreError
+from store.money import reported_cost
 
 SORTS = ("modified", "created", "name", "cost")
 _DESCENDING = {"modified": True, "created": True, "name": False, "cost": True}
@@ -68,13 +69,13 @@ def _usage_by_session() -> Select:
 
 
 def session_usage(conn: Connection, session_pks: list[int]) -> dict[int, Usage]:
-    """Token and cost totals of the given sessions."""
+    """Token and cost totals of the given sessions (the cost as ``store.money`` reports it)."""
     stmt = _usage_by_session()
     if len(session_pks) > _IN_LIST:  # most of the store: one pass over the index
         rows = conn.execute(stmt)
     else:
         rows = conn.execute(stmt.where(entries.c.session_pk.in_(session_pks))) if session_pks else []
-    return {pk: Usage(int(tokens), float(cost)) for pk, tokens, cost in rows}
+    return {pk: Usage(int(tokens), reported_cost(cost)) for pk, tokens, cost in rows}
 
 
 def encode_cursor(sort: str, reverse: bool, value: Any, pk: int) -> str:

@@ -4,7 +4,8 @@ Pi counts over every entry of the file, abandoned branches and compacted history
 messages by role, tool-call blocks of assistant messages, and the usage of assistant messages,
 tool results that carry usage, ``usage`` entries and compaction / branch-summary usage (the rows
 with ``has_usage = 1``). A session's totals are added in file order, as Pi adds them (so the
-cost is the same double); the per-model rows and the all-sessions totals are SQL sums.
+cost is the same double); the per-model rows and the all-sessions totals are SQL sums. Every
+cost is reported rounded to 1e-10 (``store.money``), so it does not depend on the order of the sum.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy import Connection, Engine, text
 
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
+from store.money import reported_cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +117,9 @@ def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> 
         session_id=session_id, sessions=sessions_counted,
         user_messages=int(counts.user_messages), assistant_messages=int(counts.assistant_messages),
         tool_calls=int(counts.tool_calls), tool_results=int(counts.tool_results), total_messages=counts.total,
-        tokens=Tokens(*(int(v) for v in sums[:4])), cost=float(sums[4]),
+        tokens=Tokens(*(int(v) for v in sums[:4])), cost=reported_cost(sums[4]),
         models=[ModelUsage(m.provider, m.model, m.records,
-                           Tokens(int(m.input), int(m.output), int(m.cache_read), int(m.cache_write)), float(m.cost))
+                           Tokens(int(m.input), int(m.output), int(m.cache_read), int(m.cache_write)),
+                           reported_cost(m.cost))
                 for m in models],
     )

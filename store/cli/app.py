@@ -17,11 +17,9 @@ Start-up stays cheap: the command modules are imported when one of their command
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import logging
 import os
-import re
 import sqlite3
 import sys
 import urllib.parse
@@ -34,8 +32,6 @@ import click
 from store.errors import StoreError
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from store.db.engine import ReadOnly
     from store.session_store import SessionStore
 
@@ -60,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("analysis", 'Messages, tool calls, tokens and cost of a session (all sessions without...'),
     "sync": ("interchange", 'Bring the store up to date with a Pi sessions folder: new files imported,...'),
     "tree": ("tree", "Draw a session's tree: branches, labels, compactions, summaries, the leaf."),
-    "verify": ("interchange", 'Re-export and compare with the imported bytes (sha256), re-derive the tree...'),
+    "verify": ("interchange", "Tell identical, diverged and damaged sessions apart, one line each."),
 }
 
 ENVIRONMENT = """\b
@@ -282,43 +278,11 @@ def _connect(url: str, read_only: ReadOnly | None) -> SessionStore:
 
     engine = make_engine(url, read_only=read_only)
     try:
-        if _stored_revision(engine) != _head_revision():  # Alembic (slow to import) only to upgrade
-            ensure_schema(engine)
+        ensure_schema(engine)  # Alembic (slow to import) only when an upgrade is needed
     except BaseException:
         engine.dispose()
         raise
     return SessionStore(engine)
-
-
-_REVISION = re.compile(r'^(down_)?revision\s*(?::[^=]*)?=\s*(?:"([^"]*)"|\'([^\']*)\'|None)', re.M)
-
-
-@functools.cache
-def _head_revision() -> str | None:
-    """The newest revision of ``store.migrations``, read from its scripts without Alembic (None
-    when they do not form one plain chain: then Alembic decides)."""
-    from store import migrations
-
-    revisions: dict[str, str | None] = {}
-    for script in (Path(migrations.__file__).parent / "versions").glob("*.py"):
-        found = {down: rev or rev2 for down, rev, rev2 in _REVISION.findall(script.read_text("utf-8"))}
-        if "" not in found:
-            return None
-        revisions[found[""]] = found.get("down_") or None
-    heads = set(revisions) - set(revisions.values())
-    return heads.pop() if len(heads) == 1 else None
-
-
-def _stored_revision(engine: Engine) -> str | None:
-    """The database's Alembic revision (None when it has none yet)."""
-    from sqlalchemy import text
-    from sqlalchemy.exc import DBAPIError
-
-    try:
-        with engine.connect() as conn:
-            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    except DBAPIError:  # no such table: a new database
-        return None
 
 
 def _unwritable(path: Path) -> str | None:

@@ -20,6 +20,7 @@ without writing to it (``mode=ro``, or ``immutable`` where even SQLite's ``-shm`
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -278,7 +279,13 @@ def is_sqlite(conn_or_engine: Connection | Engine) -> bool:
 
 
 def ensure_schema(engine: Engine) -> None:
-    """Bring the database to the newest Alembic revision (creating it when empty)."""
+    """Bring the database to the newest Alembic revision (creating it when empty).
+
+    A database already at the head costs one query: Alembic (slow to import) is loaded only when
+    the stored revision is not the one :func:`script_head` reads from the migration scripts.
+    """
+    if script_head() is not None and stored_revision(engine) == script_head():
+        return
     from alembic import command
     from alembic.runtime.migration import MigrationContext
 
@@ -309,6 +316,36 @@ def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+_REVISION = re.compile(r'^(down_)?revision\s*(?::[^=]*)?=\s*(?:"([^"]*)"|\'([^\']*)\'|None)', re.M)
+
+
+@functools.cache
+def script_head() -> str | None:
+    """The newest revision of ``store.migrations``, read from its scripts without Alembic (None
+    when they do not form one plain chain: then Alembic decides)."""
+    from store import migrations
+
+    revisions: dict[str, str | None] = {}
+    for script in (Path(migrations.__file__).parent / "versions").glob("*.py"):
+        found = {down: rev or rev2 for down, rev, rev2 in _REVISION.findall(script.read_text("utf-8"))}
+        if "" not in found:
+            return None
+        revisions[found[""]] = found.get("down_") or None
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+def stored_revision(engine: Engine) -> str | None:
+    """The database's Alembic revision (None when it has none yet)."""
+    from sqlalchemy import text
+
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError:  # no such table: a new database
+        return None
 
 
 def table_names(engine: Engine) -> list[str]:

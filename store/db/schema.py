@@ -227,3 +227,5 @@ class ToolCallPairRow(Base):
 
 
 tool_call_pairs = ToolCallPairRow.__table__
+
+metadata = Base.metadata  # the tables, for Alembic and for code that needs no mapped classes

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from store.db.engine import make_engine
-from store.db.schema import Base
+from store.db.schema import metadata
 from store.format import js_parse
 from store.new_entries import resolve_cwd
 from tests.apidiff.script import FORMAT, ScriptRun, dump_script
@@ -302,7 +302,7 @@ class Generator:
 def generator_engine() -> Engine:
     """The private store scripts are built on (one for any number of scripts)."""
     engine = make_engine("sqlite://")
-    Base.metadata.create_all(engine)
+    metadata.create_all(engine)
     return engine
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from store.format.jsjson import JsonLineError, js_number, js_parse, js_string, js_stringify
+from tests.oracle_support import SHARED
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ORACLE_SAMPLES = SHARED / "oracle" / "samples"
 CORPUS = SHARED / "corpus" / "pi-sessions"
 

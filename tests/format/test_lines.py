@@ -3,13 +3,11 @@
 import io
 import random
 import tracemalloc
-from pathlib import Path
 
 import pytest
 
 from store.format.lines import RawLine, decode_line, iter_lines
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.oracle_support import SHARED
 
 
 def _lines(data: bytes, chunk_size: int = 1 << 20) -> list[RawLine]:

@@ -4,7 +4,6 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +11,8 @@ import pytest
 from store.format.jsjson import JsonLineError, js_parse, js_stringify
 from store.format.lines import decode_line
 from store.format.migrate import MigrationError, migrate_entries, needs_migration, session_version
+from tests.oracle_support import SHARED
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 SAMPLES = SHARED / "oracle" / "samples"
 CORPUS = SHARED / "corpus" / "pi-sessions"
 

@@ -30,8 +30,8 @@ from store.format.models import (
     entry_to_dict,
     parse_entry,
 )
+from tests.oracle_support import SHARED
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 SAMPLES = SHARED / "oracle" / "samples"
 CORPUS = SHARED / "corpus" / "pi-sessions"
 
