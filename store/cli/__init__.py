@@ -10,7 +10,7 @@ default ``$PI_STORE_DB``, else a SQLite file in the user's data directory. Each 
 registers its commands on :data:`store.cli.app.main` when imported.
 """
 
-from store.cli import analysis, claims, context, interchange, sessions  # noqa: F401  (they register their commands)
+from store.cli import analysis, claims, context, interchange, serve, sessions  # noqa: F401  (they register their commands)
 from store.cli.app import main
 
 __all__ = ["main"]
