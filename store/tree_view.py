@@ -5,10 +5,13 @@ labels, compactions, branch summaries, context edits, model and thinking changes
 Built on :func:`store.tree.build_tree` (Pi's ``getTree()`` order), with no database or HTML in
 it, so that the web viewer (``store.web``) and a terminal tree command can share it.
 
-Indentation follows Pi's tree selector: a linear run stays at one indent, and the children of a
-branch point are indented one step. A *fold* replaces a run of at least ``min_fold`` consecutive
+Children keep Pi's order, except that at a branch point the child with the biggest subtree comes
+last and continues at its parent's indent (the main line), while the others come first, indented
+one step: a session that branched a hundred times off one line stays one column, not a hundred.
+
+A *fold* replaces a run of at least ``min_fold`` consecutive
 plain entries (see :data:`STRUCTURAL`) each of which has exactly one child: nothing in it is a
-branch point, a label, the leaf or the selected entry, so folding it hides only conversation.
+branch point, a root, a label, the leaf or the selected entry, so folding it hides only conversation.
 """
 
 from __future__ import annotations
@@ -60,10 +63,12 @@ def tree_rows(roots: list[TreeNode], *, leaf_id: str | None, path_ids: Iterable[
     entry id is in ``open_folds``; ``summary`` gives an entry's text (default
     :func:`entry_summary`). Iterative: a 100,000-entry linear session is no deeper than a short one."""
     path = {i for i in path_ids if isinstance(i, str)}
+    sizes = subtree_sizes(roots)
     rows: list[TreeRow] = []
     plain: list[bool] = []  # whether each row may be folded
     seen: set[int] = set()
     stack: list[tuple[TreeNode, int]] = [(root, 0) for root in reversed(roots)]
+    root_ids = {id(root) for root in roots}  # a root keeps its row: where the session starts
     while stack:
         node, indent = stack.pop()
         if id(node) in seen:  # a node reachable twice (duplicate ids): show it once
@@ -72,10 +77,31 @@ def tree_rows(roots: list[TreeNode], *, leaf_id: str | None, path_ids: Iterable[
         row = entry_row(node, indent, leaf_id, path, selected_id, summary)
         rows.append(row)
         plain.append(len(node.children) == 1 and row.label is None and row.type not in STRUCTURAL
-                     and not row.is_leaf and not row.selected)
-        step = 1 if len(node.children) > 1 else 0
-        stack.extend((child, indent + step) for child in reversed(node.children))
+                     and not row.is_leaf and not row.selected and id(node) not in root_ids)
+        if len(node.children) > 1:
+            main = max(range(len(node.children)), key=lambda i: (sizes.get(id(node.children[i]), 0), i))
+            sides = [c for i, c in enumerate(node.children) if i != main]
+            stack.append((node.children[main], indent))  # popped last: the main line, same indent
+            stack.extend((child, indent + 1) for child in reversed(sides))
+        else:
+            stack.extend((child, indent) for child in node.children)
     return _fold(rows, plain, set(open_folds), min_fold)
+
+
+def subtree_sizes(roots: list[TreeNode]) -> dict[int, int]:
+    """Entries under each node, itself included, keyed by ``id(node)`` (iterative post-order;
+    a node reachable twice through duplicate ids is counted once)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[TreeNode, bool]] = [(root, False) for root in roots]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            sizes[id(node)] = 1 + sum(sizes.get(id(child), 0) for child in node.children)
+        elif id(node) not in sizes:
+            sizes[id(node)] = 0  # visiting: a cycle back to it adds nothing
+            stack.append((node, True))
+            stack.extend((child, False) for child in node.children if id(child) not in sizes)
+    return sizes
 
 
 def _fold(rows: list[TreeRow], plain: list[bool], open_folds: set[str], min_fold: int) -> list[TreeRow]:
