@@ -132,7 +132,8 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
     env.globals.update(session_url=session_url, list_url=list_url)
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(**context), status)
+        html = env.get_template(name).render(**context)
+        return HTMLResponse(html.encode("utf-8", "replace"), status)  # text went through clean(): a safety net
 
     def failure(request: Request, exc: Exception) -> Response:
         status = 404 if isinstance(exc, (SessionNotFound, data.EntryNotFound)) else 400
@@ -159,8 +160,13 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                     search=search, q=text)
 
     def usage_page(request: Request) -> Response:
-        usage = data.usage(store)
-        return page("usage.html", usage=usage, tokens_chart=charts.tokens_by_day(usage["byDay"]),
+        session_id = request.query_params.get("session") or None
+        info = store.find_by_id(session_id) if session_id else None
+        if session_id and info is None:
+            raise SessionNotFound(f"no session {session_id!r} in the store")
+        usage = data.usage(store, session_id)
+        return page("usage.html", usage=usage, session=info.to_json() if info else None,
+                    tokens_chart=charts.tokens_by_day(usage["byDay"]),
                     cost_chart=charts.cost_by_model(usage["stats"]["models"]))
 
     def session_page(request: Request) -> Response:
@@ -170,13 +176,10 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
         doc, branch = data.load_session(store, session_id, params.get("leaf") or None, opened, tail)
         context = data.context_view(store, session_id, doc["selectedId"]) if doc["selectedId"] else None
-        usage = data.usage(store, session_id)
         return page("session.html", doc=doc, info=doc["session"], branch=branch, ctx_tail=CONTEXT_TAIL,
                     ctx_all=params.get("ctx") == "all",
                     skipped=len(doc["pathIds"]) - len(branch),
-                    context=context, opened=opened, keep=str(data.KEEP), usage=usage,
-                    tokens_chart=charts.tokens_by_day(usage["byDay"]),
-                    cost_chart=charts.cost_by_model(usage["stats"]["models"]))
+                    context=context, opened=opened, keep=str(data.KEEP))
 
     def api_sessions(request: Request) -> Response:
         return JSJSONResponse(data.list_sessions(store, data.ListQuery.from_params(request.query_params)))
