@@ -68,15 +68,18 @@ class SearchHit:
 
 
 def search(engine: Engine, query: str, *, session: str | None = None, role: str | None = None,
-           path_only: bool = False, limit: int = 20) -> list[SearchHit]:
+           path_only: bool = False, limit: int = 20, sync: bool = True) -> list[SearchHit]:
     """Entries whose text matches ``query`` (syntax: ``store.analysis.fts``), newest first.
 
     ``session``: only this session id; ``role``: a message role (``user``, ``assistant``,
     ``toolResult``, ...) or, for other entries, their type (``compaction``, ``branch_summary``,
-    ``custom_message``, ``label``, ...); ``path_only``: only entries on their session's current path.
+    ``custom_message``, ``label``, ...); ``path_only``: only entries on their session's current path;
+    ``sync``: first bring SQLite's index up to date (a write when rows are pending); a read-only
+    reader passes False and searches what is indexed (``fts.pending`` says how much is not).
     """
     parsed = fts.parse_query(query)
-    fts.sync(engine)
+    if sync:
+        fts.sync(engine)
     with read_transaction(engine) as conn:
         session_pk = None if session is None else queries.stored_session(conn, session).pk
         sqlite = is_sqlite(conn)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from store.db.engine import ReadOnly
     from store.session_store import SessionStore
 
-READ_COMMANDS = frozenset({"list", "inspect", "search", "sql", "stats", "export", "verify", "tree"})
+READ_COMMANDS = frozenset({"list", "inspect", "search", "sql", "stats", "export", "verify", "tree", "serve"})
 
 # Each command's module (imported when the command runs: ``--help`` and one command do not import
 # them all) and its one-line help as ``pi-store --help`` lists it (tests/test_cli_app.py checks
@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("sessions", 'Sessions, most recently modified first; served from the sessions table alone.'),
     "path": ("app", "Print the database: a SQLite file's path, else its URL (password masked)."),
     "prune": ("retention", 'Tree-aware retention: drop abandoned branches older than D, keeping what Pi...'),
+    "serve": ("serve", "Browse sessions, their trees and what the model sees, read-only, in a web browser."),
     "search": ("analysis", 'Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR.'),
     "sql": ("analysis", 'Run one read-only SQL statement (views: docs/sql.md) and print the rows as...'),
     "stats": ("analysis", 'Messages, tool calls, tokens and cost of a session (all sessions without...'),

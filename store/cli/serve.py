@@ -1,0 +1,55 @@
+"""``pi-store serve``: the read-only web viewer (``store.web``) over the store."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from store.cli.app import current_store, main
+from store.session_store import SessionStore
+
+TOKEN_ENV = "PI_STORE_SERVE_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (``localhost`` or a loopback address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@main.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port to bind.")
+@click.option("--token", envvar=TOKEN_ENV, help=f"Required on every request (header X-Pi-Store-Token, "
+              f"'Authorization: Bearer', or ?token=); needed to bind a non-loopback address. Default ${TOKEN_ENV}.")
+def serve_command(host: str, port: int, token: str | None) -> None:
+    """Browse sessions, their trees and what the model sees, read-only, in a web browser."""
+    try:
+        import uvicorn
+
+        from store.web.app import create_app
+        from store.web.data import readonly_engine
+    except ImportError as exc:
+        raise click.ClickException(f"the viewer needs the 'serve' extra: pip install 'pi-session-store[serve]' "
+                                   f"({exc})") from exc
+    if not is_loopback(host) and not token:
+        raise click.ClickException(f"refusing to serve on {host} without --token (or ${TOKEN_ENV}): "
+                                   "session history would be readable by anyone who can reach it")
+    if token is not None and (len(token) < 8 or not token.isascii() or not token.isprintable() or ";" in token):
+        raise click.ClickException("the token must be at least 8 printable ASCII characters, without ';'")
+    store = current_store()  # brings the schema to head, as every command does
+    viewer = SessionStore(readonly_engine(store.engine.url.render_as_string(hide_password=False)))
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"pi-store serve: http://{shown}:{port}/ (read-only{', token required' if token else ''}; "
+               "Ctrl-C stops)", err=True)
+    try:
+        uvicorn.run(create_app(viewer, token), host=host, port=port, log_level="warning",
+                    server_header=False, access_log=False)
+    finally:
+        viewer.close()
+

@@ -1,0 +1,223 @@
+"""The viewer's ASGI application (Starlette): the pages, the JSON API and the static assets.
+
+Every route is GET (HEAD): nothing here writes, and the engine it is given cannot
+(:func:`store.web.data.readonly_engine`). :class:`Guard` wraps the whole application: other
+methods get 405, a configured token is required on every request (header, ``?token=`` or the
+cookie a ``?token=`` sets), and without a token only loopback ``Host`` names are served (a page
+elsewhere cannot reach the viewer by DNS rebinding). Pages carry a Content-Security-Policy that
+allows no script and nothing from another origin.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from store.errors import SessionNotFound, StoreError
+from store.format import js_stringify
+from store.session_store import SessionStore
+from store.tree_view import content_summary, one_line
+from store.web import charts, data, render
+
+TOKEN_COOKIE = "pi_store_token"
+TOKEN_HEADER = "x-pi-store-token"
+CONVERSATION_TAIL = 200  # entries of a long branch shown before "show all"
+CONTEXT_TAIL = 300  # context messages shown before "show all"
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
+class JSJSONResponse(JSONResponse):
+    """JSON as the CLI's ``--json`` prints it (``JSON.stringify``'s form)."""
+
+    def render(self, content: Any) -> bytes:
+        return js_stringify(content).encode("utf-8", "surrogatepass")
+
+
+class Guard:
+    """ASGI middleware: GET/HEAD only, the token (when set), loopback Host names (when not),
+    and the security headers on every response."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                       send: Callable[[dict], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        authorised = self.token is None or self._authorised(request)
+        if request.method not in ("GET", "HEAD"):
+            response: Response = PlainTextResponse("read-only: GET only", 405, headers={"Allow": "GET, HEAD"})
+        elif not authorised:
+            response = PlainTextResponse("a token is required (header X-Pi-Store-Token or ?token=)", 401)
+        elif self.token is None and request.url.hostname not in LOOPBACK_HOSTS | {"::1"}:
+            response = PlainTextResponse("unknown Host: without --token only loopback names are served", 421)
+        else:
+            await self.app(scope, receive, self._with_headers(send, request, authorised))
+            return
+        await response(scope, receive, self._with_headers(send, request, False))
+
+    def _authorised(self, request: Request) -> bool:
+        given = (request.headers.get(TOKEN_HEADER) or _bearer(request.headers.get("authorization"))
+                 or request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or "")
+        return hmac.compare_digest(given.encode(), self.token or b"")
+
+    def _with_headers(self, send: Callable[[dict], Awaitable[None]], request: Request, authorised: bool) -> Callable:
+        set_cookie = authorised and self.token is not None and "token" in request.query_params
+
+        async def wrapped(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
+                            (b"cache-control", b"no-store")]
+                if set_cookie:  # so that the page's own links and assets carry the token
+                    headers.append((b"set-cookie", f"{TOKEN_COOKIE}={request.query_params['token']}; "
+                                                   "HttpOnly; SameSite=Strict; Path=/".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return wrapped
+
+
+def _bearer(value: str | None) -> str | None:
+    if value and value.lower().startswith("bearer "):
+        return value[7:].strip()
+    return None
+
+
+def session_url(session_id: str, leaf: str | None = None, opened: list[str] | tuple = (), *,
+                show_all: bool = False, ctx_all: bool = False, anchor: str | None = None) -> str:
+    """The session page's URL for a selected entry, open folds, the whole conversation
+    (``show_all``) and every context message (``ctx_all``)."""
+    params: list[tuple[str, str]] = [("leaf", leaf)] if leaf else []
+    params += [("open", key) for key in opened]
+    if show_all:
+        params.append(("all", "1"))
+    if ctx_all:
+        params.append(("ctx", "all"))
+    url = f"/sessions/{quote(session_id, safe='')}" + (f"?{urlencode(params)}" if params else "")
+    return url + (f"#{quote(anchor, safe='')}" if anchor else "")
+
+
+def list_url(params: dict[str, str], **more: str | None) -> str:
+    """The sessions page's URL with these query parameters (None drops one)."""
+    merged = {**params, **more}
+    query = urlencode({k: v for k, v in merged.items() if v is not None})
+    return "/" + (f"?{query}" if query else "")
+
+
+def create_app(store: SessionStore, token: str | None = None) -> Guard:
+    """The viewer over ``store`` (give it a read-only engine: :func:`store.web.data.readonly_engine`)."""
+    env = Environment(loader=PackageLoader("store.web", "templates"), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(clean=render.clean, content=render.content, message=render.message,
+                       entry_body=render.entry_body, snippet=render.snippet, pretty=render.pretty_json,
+                       one_line=one_line, summary=content_summary, model_name=charts.model_name,
+                       text_block=render.text_block)
+    env.globals.update(session_url=session_url, list_url=list_url)
+
+    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(**context)
+        return HTMLResponse(html.encode("utf-8", "replace"), status)  # text went through clean(): a safety net
+
+    def failure(request: Request, exc: Exception) -> Response:
+        status = 404 if isinstance(exc, (SessionNotFound, data.EntryNotFound)) else 400
+        if request.url.path.startswith("/api/"):
+            return JSJSONResponse({"error": str(exc)}, status)
+        return page("error.html", status, message=str(exc))
+
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:  # synchronous: Starlette runs it in its thread pool
+            try:
+                return handler(request)
+            except StoreError as exc:
+                return failure(request, exc)
+        return endpoint
+
+    def sessions_page(request: Request) -> Response:
+        params = request.query_params
+        query = data.ListQuery.from_params(params, data.PAGE_SIZE)
+        listing = data.list_sessions(store, query)
+        ids = [item["id"] for item in listing["sessions"]]
+        text = params.get("q", "").strip()
+        search = data.search_hits(store, text) if text else None
+        return page("sessions.html", listing=listing, query=query, models=data.session_models(store, ids),
+                    search=search, q=text)
+
+    def usage_page(request: Request) -> Response:
+        session_id = request.query_params.get("session") or None
+        info = store.find_by_id(session_id) if session_id else None
+        if session_id and info is None:
+            raise SessionNotFound(f"no session {session_id!r} in the store")
+        usage = data.usage(store, session_id)
+        return page("usage.html", usage=usage, session=info.to_json() if info else None,
+                    tokens_chart=charts.tokens_by_day(usage["byDay"]),
+                    cost_chart=charts.cost_by_model(usage["stats"]["models"]))
+
+    def session_page(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        params = request.query_params
+        opened = params.getlist("open")
+        tail = None if params.get("all") == "1" else CONVERSATION_TAIL
+        doc, branch = data.load_session(store, session_id, params.get("leaf") or None, opened, tail)
+        context = data.context_view(store, session_id, doc["selectedId"]) if doc["selectedId"] else None
+        return page("session.html", doc=doc, info=doc["session"], branch=branch, ctx_tail=CONTEXT_TAIL,
+                    ctx_all=params.get("ctx") == "all",
+                    skipped=len(doc["pathIds"]) - len(branch),
+                    context=context, opened=opened, keep=str(data.KEEP))
+
+    def api_sessions(request: Request) -> Response:
+        return JSJSONResponse(data.list_sessions(store, data.ListQuery.from_params(request.query_params)))
+
+    def api_session(request: Request) -> Response:
+        params = request.query_params
+        return JSJSONResponse(data.session_doc(store, request.path_params["session_id"], params.get("leaf") or None,
+                                               params.getlist("open")))
+
+    def api_context(request: Request) -> Response:
+        return JSJSONResponse(data.context_view(store, request.path_params["session_id"],
+                                                request.query_params.get("leaf") or None))
+
+    def api_search(request: Request) -> Response:
+        params = request.query_params
+        text = params.get("q", "").strip()
+        if not text:
+            raise data.BadRequest("q (the search text) is required")
+        try:
+            limit = int(params.get("limit") or data.SEARCH_LIMIT)
+        except ValueError as exc:
+            raise data.BadRequest("limit is not a number") from exc
+        return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, max(limit, 1)))
+
+    def api_usage(request: Request) -> Response:
+        return JSJSONResponse(data.usage(store, request.path_params.get("session_id")))
+
+    static = StaticFiles(directory=str(resources.files("store.web") / "static"))
+    routes = [
+        Route("/", guarded(sessions_page)),
+        Route("/usage", guarded(usage_page)),
+        Route("/sessions/{session_id}", guarded(session_page)),
+        Route("/api/sessions", guarded(api_sessions)),
+        Route("/api/usage", guarded(api_usage)),
+        Route("/api/search", guarded(api_search)),
+        Route("/api/sessions/{session_id}/context", guarded(api_context)),
+        Route("/api/sessions/{session_id}/usage", guarded(api_usage)),
+        Route("/api/sessions/{session_id}", guarded(api_session)),
+        Mount("/static", static, name="static"),
+    ]
+    return Guard(Starlette(routes=routes), token)

@@ -1,0 +1,366 @@
+"""What the viewer shows, as JSON-shaped documents: the API returns them as they are and the
+pages render them, so a page never shows a number the API would not give.
+
+Every function here only reads. The numbers of the context come from the functions
+``pi-store inspect --leaf`` prints (``store.describe.context_doc`` over
+``store.context_window.context_path``); this module adds where each message comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, event, text
+
+from store import services
+from store.analysis import fts
+from store.analysis.listing import SORTS
+from store.analysis.usage import main_models, usage_by_day
+from store.context_window import context_path
+from store.db import queries
+from store.db.engine import make_engine, read_transaction
+from store.describe import CONTEXT_WINDOWS, HANG, id_of, safe, walk_loops
+from store.errors import SessionNotFound, StoreError
+from store.format import js_parse
+from store.format.jsdate import parse_js_date
+from store.gc_pause import gc_paused
+from store.services import CompactionSettings, jsonable
+from store.services.context import EDITABLE_ROLES as EDITABLE
+from store.session_store import SessionStore
+from store.tree import build_tree
+from store.tree_view import entry_summary, tree_rows
+
+PAGE_SIZE = 50
+SEARCH_LIMIT = 50
+KEEP = CompactionSettings().keep_recent_tokens  # the plan shown: Pi's default settings
+
+
+class BadRequest(StoreError):
+    """A query parameter the viewer cannot use (a bad date, sort, cursor or search text)."""
+
+
+class EntryNotFound(StoreError):
+    """A ``leaf`` that names no entry of the session."""
+
+
+def readonly_engine(url: str) -> Engine:
+    """An engine on ``url`` whose connections cannot write: SQLite's ``query_only`` pragma,
+    PostgreSQL's read-only session default. The viewer's guarantee, whatever its code does."""
+    engine = make_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _read_only(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        if engine.dialect.name == "sqlite":
+            cursor.execute("PRAGMA query_only=ON")
+        else:
+            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_conn.commit()
+        cursor.close()
+
+    return engine
+
+
+# ---------------------------------------------------------------------------------------------- listing
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """The options of ``pi-store list``, from query parameters of the same names."""
+
+    cwd: str | None = None
+    sort: str = "modified"
+    reverse: bool = False
+    limit: int | None = None
+    cursor: str | None = None
+    name: str | None = None
+    model: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str], default_limit: int | None = None) -> ListQuery:
+        sort = params.get("sort") or "modified"
+        if sort not in SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(SORTS)}")
+        limit = params.get("limit")
+        try:
+            size = int(limit) if limit else default_limit
+        except ValueError as exc:
+            raise BadRequest(f"limit is not a number: {limit!r}") from exc
+        if size is not None and size < 1:
+            raise BadRequest("limit must be at least 1")
+        text = {k: (params.get(k) or None) for k in ("cwd", "cursor", "name", "model", "since", "until")}
+        return cls(sort=sort, reverse=params.get("reverse") in ("1", "true", "on"), limit=size, **text)
+
+    def params(self) -> dict[str, str]:
+        """The non-default options as query parameters (for links to other pages of the list)."""
+        out = {k: v for k in ("cwd", "name", "model", "since", "until") if (v := getattr(self, k))}
+        if self.sort != "modified":
+            out["sort"] = self.sort
+        if self.reverse:
+            out["reverse"] = "1"
+        return out
+
+
+def _date_ms(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    ms = parse_js_date(value)
+    if ms is None:
+        raise BadRequest(f"{name} is not a date: {value!r}")
+    return int(ms)
+
+
+def list_sessions(store: SessionStore, query: ListQuery) -> list | dict:
+    """``pi-store list --json`` for these options: a list, or with a limit ``{"sessions": [...],
+    "nextCursor": ...}``."""
+    options = {"sort": query.sort, "reverse": query.reverse, "cursor": query.cursor, "name": query.name,
+               "model": query.model, "since_ms": _date_ms(query.since, "since"),
+               "until_ms": _date_ms(query.until, "until"), "limit": None if query.limit is None else query.limit + 1}
+    infos = store.list(query.cwd, **options) if query.cwd else store.list_all(**options)
+    next_cursor = None
+    if query.limit is not None and len(infos) > query.limit:
+        infos = infos[:query.limit]
+        next_cursor = infos[-1].cursor
+    items = [info.to_json() for info in infos]
+    return items if query.limit is None else {"sessions": items, "nextCursor": next_cursor}
+
+
+def session_models(store: SessionStore, session_ids: list[str]) -> dict[str, str]:
+    """The model each of these sessions used most (for the listing's model column)."""
+    with read_transaction(store.engine) as conn:
+        return main_models(conn, session_ids)
+
+
+def search_hits(store: SessionStore, text: str, session: str | None = None, limit: int = SEARCH_LIMIT) -> dict:
+    """``pi-store search --json`` hits (``hits``), searched read-only, and how many rows the
+    SQLite index has not caught up with yet (``pending``: ``pi-store fts sync`` indexes them)."""
+    try:
+        hits = store.search(text, session=session, limit=limit, sync=False)
+    except fts.BadQuery as exc:
+        raise BadRequest(str(exc)) from exc
+    with read_transaction(store.engine) as conn:
+        pending = fts.pending(conn)
+    return {"hits": [hit.to_json() for hit in hits], "pending": pending}
+
+
+def usage(store: SessionStore, session_id: str | None = None) -> dict:
+    """``pi-store stats --json`` (``stats``) and the same usage per day and model (``byDay``)."""
+    stats = store.stats(session_id)
+    with read_transaction(store.engine) as conn:
+        pk = None if session_id is None else queries.stored_session(conn, session_id).pk
+        days = usage_by_day(conn, pk)
+    return {"stats": stats.to_json(), "byDay": [day.to_json() for day in days]}
+
+
+# ---------------------------------------------------------------------------------------------- one session
+
+
+def session_doc(store: SessionStore, session_id: str, selected: str | None = None,
+                open_folds: Iterable[str] = ()) -> dict:
+    """A session: its listing info, its current leaf, the selected entry (default: the leaf),
+    the tree as display rows (``store.tree_view``) and the root→selected path (``pathIds``)."""
+    return load_session(store, session_id, selected, open_folds, tail=0)[0]
+
+
+def load_session(store: SessionStore, session_id: str, selected: str | None = None,
+                 open_folds: Iterable[str] = (), tail: int | None = None) -> tuple[dict, list]:
+    """:func:`session_doc`, and the parsed entries of the last ``tail`` entries (all: None) of
+    the root→selected path, for the conversation view."""
+    info = store.find_by_id(session_id)
+    if info is None:
+        raise SessionNotFound(f"no session {session_id!r} in the store")
+    with read_transaction(store.engine) as conn, gc_paused():
+        session = queries.stored_session(conn, session_id)
+        leaf = queries.tree_columns_of(conn, session.pk, session.leaf_seq) if session.leaf_seq is not None else None
+        leaf_id = leaf.entry_id if leaf is not None and leaf.depth is not None else None
+        chosen = selected if selected is not None else leaf_id
+        seq = queries.seq_of(conn, session.pk, chosen) if chosen is not None else None
+        if selected is not None and seq is None:
+            raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
+        path = queries.path_rows(conn, session.pk, seq, "seq", "entry_id") if seq is not None else []
+        entries, summaries = tree_entries(conn, session.pk)
+        shown = path if tail is None else path[len(path) - tail:] if tail else []
+        lines = queries.lines_at(conn, session.pk, [row.seq for row in shown])
+        branch = [js_parse(lines[row.seq]) for row in shown]
+        path_ids = [row.entry_id for row in path]
+        rows = tree_rows(build_tree(entries), leaf_id=leaf_id, path_ids=path_ids, selected_id=chosen,
+                         open_folds=open_folds, summary=lambda e: summaries.get(id(e)) or entry_summary(e))
+    doc = {"session": info.to_json(), "leafId": leaf_id, "selectedId": chosen, "entryCount": len(entries),
+           "tree": [row.to_json() for row in rows], "pathIds": path_ids}
+    return doc, branch
+
+
+_TREE_ROWS = text("""
+SELECT seq, entry_id, parent_id, role, timestamp, substr(search_text, 1, 240) AS head, facts,
+       CASE WHEN type = 'message' AND kind = 'entry' AND entry_id IS NOT NULL AND timestamp IS NOT NULL
+                 AND (parent_id IS NOT NULL OR parent_seq IS NULL)
+            THEN NULL ELSE line END AS line_or_null
+FROM entries WHERE session_pk = :spk AND kind IN ('entry', 'value')
+ORDER BY seq
+""")
+
+
+def tree_entries(conn: Connection, session_pk: int) -> tuple[list, dict[int, str]]:
+    """A session's entries in file order as :func:`store.tree.build_tree` needs them, and the
+    display text of those that were not parsed (keyed by ``id()`` of the entry).
+
+    A message row whose id, parent id and timestamp are plain strings in its columns (or whose
+    parent id is absent and leads nowhere) is built from those columns and the head of its
+    search text instead of parsing its line: the tree reads nothing else of a message, and a
+    5,000-entry session's lines are megabytes of tool output. Every other row is parsed."""
+    entries: list = []
+    summaries: dict[int, str] = {}
+    for row in conn.execute(_TREE_ROWS, {"spk": session_pk}):
+        if row.line_or_null is not None or "\\" in row.entry_id or "\\" in (row.parent_id or ""):
+            line = row.line_or_null if row.line_or_null is not None else queries.lines_at(
+                conn, session_pk, [row.seq])[row.seq]
+            entries.append(js_parse(line))
+            continue
+        entry = {"type": "message", "id": row.entry_id, "parentId": row.parent_id, "timestamp": row.timestamp,
+                 "message": {"role": row.role}}
+        entries.append(entry)
+        summaries[id(entry)] = _message_head(row.role, row.head, row.facts)
+    return entries, summaries
+
+
+def _message_head(role: str | None, head: str, facts: Any) -> str:
+    """A message's one-line text from its search text (plain text first) and facts."""
+    plain = head.split("\n", 1)[0] if head else ""
+    if plain and role != "toolResult":
+        return plain
+    facts = facts if isinstance(facts, dict) else orjson.loads(facts or "{}")  # JSONB arrives parsed
+    if role == "toolResult":
+        return f"{facts.get('toolName')}: {plain}"
+    calls = " ".join(f"→ {call.get('name')}()" for call in facts.get("toolCalls") or () if isinstance(call, dict))
+    return calls or ("(thinking)" if role == "assistant" else "")
+
+
+def context_view(store: SessionStore, session_id: str, leaf_id: str | None = None) -> dict:
+    """What the model sees with ``leaf_id`` as leaf (default: the session's leaf).
+
+    The numbers are those ``pi-store inspect --leaf`` prints, from the same functions over the
+    same path (``store.context_window.context_path``; ``store.describe.context_doc`` calls them
+    in the same way): ``contextEntryIds``, ``estimateProjectedContextTokens``,
+    ``estimateContextTokens``, ``messageTokenEstimates``, ``shouldCompact``, ``prepareCompaction``
+    (for Pi's default keep-recent budget), ``thinkingLevel`` and ``model``. ``messages`` is the
+    projection's messages, each with its source entry, token estimate and provenance (instead
+    of inspect's ``projection`` and ``sessionContext``, which repeat the messages twice)."""
+    with read_transaction(store.engine) as conn, gc_paused():
+        session = queries.stored_session(conn, session_id)
+        if not session.pi_valid:
+            return {"sessionId": session_id, "leafId": None, "openError": "Session file is not a valid pi session",
+                    "messages": [], "hidden": [], "summarised": None, "pathLength": 0}
+        seq = session.leaf_seq if leaf_id is None else queries.seq_of(conn, session.pk, leaf_id)
+        if leaf_id is not None and seq is None:
+            raise EntryNotFound(f"no entry {leaf_id!r} in session {session_id}")
+        window = context_path(conn, session.pk, seq)
+        loops = walk_loops(conn, session.pk, seq)
+        path_ids = [row.entry_id for row in queries.path_rows(conn, session.pk, seq, "entry_id")]
+        if leaf_id is None and seq is not None:
+            columns = queries.tree_columns_of(conn, session.pk, seq)
+            leaf_id = columns.entry_id if columns is not None and columns.depth is not None else None
+    doc: dict[str, Any] = {"sessionId": session_id, "leafId": leaf_id, "openError": None, "pathLength": len(path_ids)}
+    if loops:
+        doc.update({"contextEntryIds": HANG, "error": HANG, "messages": [], "hidden": [], "summarised": None})
+        return doc
+    with gc_paused():
+        doc.update(_context_numbers(window, window if leaf_id is not None else [], path_ids))
+    return doc
+
+
+def _context_numbers(path: list, branch: list, path_ids: list) -> dict:
+    """``store.describe.context_doc``'s computation (``path``: what context building walks,
+    ``branch``: what estimates and compaction use), each message made JSON once, plus provenance."""
+    projection = safe(lambda: services.build_session_projection(path))
+    if isinstance(projection, dict):  # Pi throws: so does everything built on the projection
+        return {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)]),
+                "error": projection, "messages": [], "hidden": [], "summarised": None}
+    settings = CompactionSettings()
+    projected = safe(lambda: services.estimate_projected_context_tokens(projection, branch))
+    estimates = [safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages]
+    windows = {str(w): (not isinstance(projected, dict)) and services.should_compact(projected.tokens, w, settings)
+               for w in CONTEXT_WINDOWS}
+    doc = {
+        "contextEntryIds": [_json_id(item.source_entry) for item in projection.entries],
+        "thinkingLevel": jsonable(projection.thinking_level), "model": jsonable(projection.model),
+        "estimateProjectedContextTokens": projected if isinstance(projected, dict) else projected.to_json(),
+        "estimateContextTokens": safe(lambda: services.estimate_context_tokens(projection.messages).to_json()),
+        "messageTokenEstimates": estimates,
+        "shouldCompact": {**({} if isinstance(projected, dict) else {"contextTokens": jsonable(projected.tokens)}),
+                          "settings": settings.to_json(), "byContextWindow": windows},
+        "prepareCompaction": {str(KEEP): safe(lambda: _plan(branch))},
+    }
+    doc.update(_provenance(projection, doc, path_ids))
+    return doc
+
+
+def _plan(branch: list) -> Any:
+    plan = services.prepare_compaction(branch, CompactionSettings(keep_recent_tokens=KEEP))
+    return None if plan is None else plan.describe_json()
+
+
+def _json_id(entry: Any) -> Any:
+    value = id_of(entry)
+    return None if value is None else jsonable(value)
+
+
+def _provenance(projection: Any, doc: dict, path_ids: list) -> dict:
+    """``messages`` (with ``provenance``), ``hidden`` (entries a context edit hides) and
+    ``summarised`` (the path entries the latest compaction replaced by its summary)."""
+    sources = [item.source_entry for item in projection.entries]
+    first = sources[0] if sources else None
+    compaction = first if isinstance(first, dict) and first.get("type") == "compaction" else None
+    kept: set[int] = set()
+    if compaction is not None:  # the context entries that lie before the compaction on the path
+        position = {entry_id: n for n, entry_id in enumerate(path_ids)}
+        at = position.get(compaction.get("id"), len(path_ids))
+        kept = {id(e) for e in sources[1:] if isinstance(e, dict) and position.get(e.get("id"), at) < at}
+    edits: dict[Any, dict] = {}
+    for entry in sources:
+        if isinstance(entry, dict) and entry.get("type") == "context_edit":
+            edits[entry.get("targetId")] = entry
+    estimates = doc["messageTokenEstimates"]
+    messages: list[dict] = []
+    hidden: list[dict] = []
+    for index, item in enumerate(projection.entries):
+        source = item.source_entry if isinstance(item.source_entry, dict) else {}
+        source_id = _json_id(item.source_entry)
+        edit = edits.get(source.get("id")) if source.get("type") != "context_edit" else None
+        if edit is not None and edit.get("replacement") is None:
+            hidden.append({"entryId": source_id, "editId": edit.get("id")})
+        for message in item.messages:
+            role = message.get("role") if isinstance(message, dict) else None
+            if index == 0 and compaction is not None:
+                provenance = {"status": "checkpoint" if role == "system" else "summary",
+                              "compactionId": compaction.get("id")}
+            elif source.get("type") == "branch_summary":
+                provenance = {"status": "branchSummary", "fromId": source.get("fromId")}
+            elif id(item.source_entry) in kept:
+                provenance = {"status": "kept", "compactionId": compaction.get("id") if compaction else None}
+            else:
+                provenance = {"status": "path"}
+            if edit is not None and edit.get("replacement") is not None and role in EDITABLE:
+                provenance["replacedBy"] = edit.get("id")
+            messages.append({"index": len(messages), "sourceId": source_id, "sourceType": source.get("type"),
+                             "role": role, "tokens": estimates[len(messages)], "provenance": provenance,
+                             "message": jsonable(message)})
+    return {"messages": messages, "hidden": hidden, "summarised": _summarised(compaction, path_ids)}
+
+
+def _summarised(compaction: dict | None, path_ids: list) -> dict | None:
+    """The path entries before the latest compaction's first kept entry (all before the
+    compaction when that id is not on the path before it): what its summary stands for."""
+    if compaction is None:
+        return None
+    ids = list(path_ids)
+    at = max((n for n, i in enumerate(ids) if i == compaction.get("id")), default=len(ids))
+    kept = compaction.get("firstKeptEntryId")
+    end = next((n for n in range(at - 1, -1, -1) if ids[n] == kept), at)
+    gone = ids[:end]
+    return {"compactionId": compaction.get("id"), "count": len(gone),
+            "firstId": gone[0] if gone else None, "lastId": gone[-1] if gone else None}

@@ -1,0 +1,138 @@
+"""The JSON API against the command line: the same shapes and numbers as ``pi-store list
+--json``, ``search --json``, ``stats --json`` and ``inspect --leaf``, on both engines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from store.describe import describe_session
+from store.format import js_stringify
+from store.session_store import SessionStore
+from tests.web import sessions
+from tests.web.conftest import Served, pi_store
+
+
+def cli_json(served: Served, *args: str) -> object:
+    return json.loads(pi_store(served.db_url, *args).stdout)
+
+
+def test_sessions_is_list_json(served: Served) -> None:
+    assert served.get("/api/sessions").json() == cli_json(served, "list", "--json")
+    for query, args in (("?sort=cost&limit=5", ["--sort", "cost", "--limit", "5"]),
+                        ("?sort=name&reverse=1&limit=3", ["--sort", "name", "--reverse", "--limit", "3"]),
+                        ("?model=claude-test", ["--model", "claude-test"])):
+        assert served.get("/api/sessions" + query).json() == cli_json(served, "list", "--json", *args)
+
+
+def test_cursor_pages_cover_the_listing(served: Served) -> None:
+    everything = [s["id"] for s in served.get("/api/sessions").json()]
+    seen, cursor = [], None
+    while True:
+        page = served.get("/api/sessions", params={"limit": 7, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [s["id"] for s in page["sessions"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == everything
+
+
+def test_bad_parameters_are_400(served: Served) -> None:
+    assert served.get("/api/sessions?sort=nope").status_code == 400
+    assert served.get("/api/sessions?since=notadate").status_code == 400
+    assert served.get("/api/sessions?cursor=garbage&limit=2").status_code == 400
+    assert served.get("/api/sessions/no-such-session").status_code == 404
+    assert served.get(f"/api/sessions/{sessions.LONG_ID}/context?leaf=nope").status_code == 404
+
+
+def test_search_is_search_json(served: Served) -> None:
+    hits = served.get("/api/search", params={"q": "module", "limit": 10}).json()
+    assert hits["pending"] == 0
+    assert hits["hits"] == cli_json(served, "search", "module", "--limit", "10", "--json")
+    assert hits["hits"], "the long test session mentions modules"
+
+
+def test_usage_is_stats_json(served: Served) -> None:
+    assert served.get("/api/usage").json()["stats"] == cli_json(served, "stats", "--json")
+    usage = served.get(f"/api/sessions/{sessions.LONG_ID}/usage").json()
+    assert usage["stats"] == cli_json(served, "stats", sessions.LONG_ID, "--json")
+    assert sum(day["cost"] for day in usage["byDay"]) == pytest.approx(usage["stats"]["cost"])
+    assert sum(day["tokens"]["total"] for day in usage["byDay"]) == usage["stats"]["tokens"]["total"]
+
+
+def inspect_doc(served: Served, session_id: str, leaf: str | None, store: SessionStore | None) -> dict:
+    """``pi-store inspect SESSION [--leaf ID]``'s document: from the command line, or (``store``
+    given) from the function it prints, as JSON the same way."""
+    if store is None:
+        return cli_json(served, "inspect", session_id, *(["--leaf", leaf] if leaf else []))
+    return json.loads(js_stringify(describe_session(store, session_id, leaf)))
+
+
+def context_matches_inspect(served: Served, session_id: str, leaf: str | None,
+                            store: SessionStore | None = None) -> dict:
+    """The context API's numbers and messages equal ``pi-store inspect --leaf``'s."""
+    query = {"leaf": leaf} if leaf else {}
+    got = served.get(f"/api/sessions/{session_id}/context", params=query).json()
+    doc = inspect_doc(served, session_id, leaf, store)
+    if doc["openError"] is not None:  # a file Pi would not open: nothing to show
+        assert got["openError"] and got["messages"] == []
+        return got
+    if isinstance(doc.get("projection"), dict) and "$error" in doc["projection"]:  # Pi throws, or loops
+        assert got["contextEntryIds"] == doc["contextEntryIds"]
+        assert got.get("error") == doc["projection"] and got["messages"] == []
+        return got
+    assert got["leafId"] == doc["leafId"]
+    for field in ("contextEntryIds", "estimateProjectedContextTokens", "estimateContextTokens",
+                  "messageTokenEstimates", "shouldCompact"):
+        assert got[field] == doc[field], field
+    assert got["prepareCompaction"]["20000"] == doc["prepareCompaction"]["20000"]
+    expected = [(e["sourceId"], m) for e in doc["projection"]["entries"] for m in e["messages"]]
+    assert [(m["sourceId"], m["message"]) for m in got["messages"]] == expected
+    assert [m["message"] for m in got["messages"]] == doc["sessionContext"]["messages"]
+    assert got["model"] == doc["sessionContext"]["model"]
+    return got
+
+
+def test_context_equals_inspect_for_every_session(served: Served) -> None:
+    listed = served.get("/api/sessions").json()
+    assert len(listed) > 50
+    with SessionStore.connect(served.db_url) as store:
+        for info in listed:
+            if info["id"] != sessions.LONG_ID:  # its own test below, once
+                context_matches_inspect(served, info["id"], None, store)
+
+
+def test_context_provenance(served: Served) -> None:
+    """Compacted corpus and fixture sessions: the summary, kept entries and edits are marked."""
+    statuses: set[str] = set()
+    for info in served.get("/api/sessions").json():
+        got = served.get(f"/api/sessions/{info['id']}/context").json()
+        for message in got.get("messages", []):
+            statuses.add(message["provenance"]["status"])
+            if message["provenance"]["status"] in ("summary", "kept"):
+                assert message["provenance"]["compactionId"] == got["contextEntryIds"][0]
+            if "replacedBy" in message["provenance"]:
+                statuses.add("replaced")
+        if got.get("summarised"):
+            assert got["summarised"]["compactionId"] == got["contextEntryIds"][0]
+    assert {"summary", "kept", "path", "replaced"} <= statuses
+
+
+def test_context_of_side_branch_and_long_session(served: Served) -> None:
+    side = context_matches_inspect(served, sessions.BRANCHY_ID, "T042b5")
+    assert [m["sourceId"] for m in side["messages"]][-6:] == [f"T042b{d}" for d in range(6)]
+    long = context_matches_inspect(served, sessions.LONG_ID, "L04999")
+    assert len(long["messages"]) == 5000
+
+
+def test_session_doc(served: Served) -> None:
+    doc = served.get(f"/api/sessions/{sessions.BRANCHY_ID}", params={"leaf": "T010b3"}).json()
+    assert doc["session"] == served.get("/api/sessions").json()[
+        [s["id"] for s in served.get("/api/sessions").json()].index(sessions.BRANCHY_ID)]
+    assert doc["selectedId"] == "T010b3" and doc["pathIds"][-1] == "T010b3"
+    assert doc["pathIds"] == cli_json(served, "inspect", sessions.BRANCHY_ID, "--leaf", "T010b3")["branchIds"]
+    branch_points = [row for row in doc["tree"] if row["kind"] == "entry" and row["children"] > 1]
+    assert len(branch_points) == 100
+    selected = [row for row in doc["tree"] if row.get("selected")]
+    assert [row["id"] for row in selected] == ["T010b3"]

@@ -1,0 +1,85 @@
+"""The viewer's safety: untrusted text stays text, GET only, loopback by default, the token."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import httpx
+
+from tests.web import sessions
+from tests.web.conftest import Served, free_port, start_server, stop
+
+SCRIPT = re.compile(r"<script", re.IGNORECASE)
+
+
+def test_hostile_content_is_escaped(served: Served) -> None:
+    for path in (f"/sessions/{sessions.HOSTILE_ID}", f"/sessions/{sessions.HOSTILE_ID}?leaf=h3",
+                 "/?q=pwned", "/?q=click", "/"):
+        page = served.get(path)
+        assert page.status_code == 200, path
+        html = page.text
+        assert not SCRIPT.search(html), f"{path}: a <script> tag made it into the page"
+        images = re.findall(r"<img[^>]*>", html)
+        assert all(re.fullmatch(r'<img class="image" alt="image from the session" src="data:image/png;base64,'
+                                r'[A-Za-z0-9+/=]+">', tag) for tag in images), images
+        assert 'href="javascript:' not in html.lower() and "\x1b" not in html, path
+        assert "\u202e" not in html, f"{path}: a bidi override reached the page"
+    page = served.get(f"/sessions/{sessions.HOSTILE_ID}").text
+    assert "&lt;script&gt;document.title=" in page
+    assert "[click](javascript:alert(1))" in page  # a markdown link stays its text
+    assert "RED ⟨U+202E⟩evil⟨U+202C⟩" in page  # ANSI colour codes gone, the bidi override shown
+    assert 'src="data:image/png;base64,' in page  # the raster image is shown
+    assert "[image: image/svg+xml&#34;&gt;&lt;script&gt;x&lt;/script&gt;]" in page  # the other is named only
+
+
+def test_pages_forbid_scripts_and_other_origins(served: Served) -> None:
+    headers = served.get("/").headers
+    assert "script-src" not in headers["content-security-policy"]  # default-src 'none' covers scripts
+    assert headers["content-security-policy"].startswith("default-src 'none'")
+    assert headers["x-content-type-options"] == "nosniff"
+    html = served.get(f"/sessions/{sessions.LONG_ID}").text
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', html), "the page must not load anything from elsewhere"
+
+
+def test_get_only(served: Served) -> None:
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        response = httpx.request(method, served.base + "/api/sessions", timeout=30)
+        assert response.status_code == 405, method
+
+
+def test_foreign_host_names_are_refused_without_token(served: Served) -> None:
+    """A page elsewhere cannot read the viewer by DNS rebinding: only loopback Host names."""
+    assert served.get("/", headers={"Host": "attacker.example"}).status_code == 421
+    assert served.get("/", headers={"Host": "localhost"}).status_code == 200
+
+
+def test_non_loopback_bind_needs_a_token(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PI_STORE_SERVE_TOKEN"}
+    result = subprocess.run([sys.executable, "-m", "store.cli", "--db", f"sqlite:///{tmp_path / 's.db'}", "serve",
+                             "--host", "0.0.0.0", "--port", str(free_port())],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode != 0
+    assert "without --token" in result.stderr
+
+
+def test_token_is_required_on_every_request(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import",
+                    str(sessions.hostile(tmp_path / "h.jsonl"))], check=True, capture_output=True, timeout=300)
+    token = "s3cret-token-for-tests"
+    process, base = start_server(url, env={**os.environ, "PI_STORE_SERVE_TOKEN": token})
+    try:
+        for path in ("/", "/api/sessions", f"/sessions/{sessions.HOSTILE_ID}", "/static/style.css", "/usage"):
+            assert httpx.get(base + path, timeout=60).status_code == 401, path
+            assert httpx.get(base + path, params={"token": "wrong-token-xx"}, timeout=60).status_code == 401
+            assert httpx.get(base + path, headers={"X-Pi-Store-Token": token}, timeout=60).status_code == 200
+            assert httpx.get(base + path, headers={"Authorization": f"Bearer {token}"}, timeout=60).status_code == 200
+        first = httpx.get(base + "/", params={"token": token}, timeout=60)
+        assert first.status_code == 200
+        # the page's own links carry the token by the cookie that ?token= set
+        assert httpx.get(base + "/api/sessions", cookies=first.cookies, timeout=60).status_code == 200
+    finally:
+        stop(process)
