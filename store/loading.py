@@ -24,6 +24,7 @@ import orjson
 
 from store.format import JsonLineError, js_parse, js_string, js_stringify
 from store.format import models as m
+from store.format.jsjson import parse_deep
 from store.format.jsvalue import UNDEFINED, js_trim, truthy
 from store.format.lines import RawLine, decode_line
 from store.format.migrate import CURRENT_SESSION_VERSION, session_version
@@ -118,8 +119,12 @@ def _duplicate_keys(text: str) -> list[str]:
 
     try:
         json.loads(text, object_pairs_hook=check)
-    except (ValueError, RecursionError):
-        return []  # nested deeper than this parser goes: no verdict
+    except ValueError:
+        return []
+    except RecursionError:  # nested deeper than Python's stack
+        found.clear()
+        with contextlib.suppress(JsonLineError):
+            parse_deep(text, found)
     return found
 
 
