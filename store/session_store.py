@@ -23,7 +23,7 @@ from store.bulk import store_session_rows
 from store.db import queries
 from store.db.engine import default_url, ensure_schema, make_engine, read_transaction, write_transaction
 from store.db.schema import Base, sessions
-from store.errors import SessionExists
+from store.errors import ImportFailed, SessionExists
 from store.format import js_stringify
 from store.format.jsdate import js_iso
 from store.interchange.exporting import export_jsonl, iter_export
@@ -128,7 +128,7 @@ class SessionStore:
 
     def find_by_id(self, session_id: str) -> SessionInfo | None:
         with read_transaction(self.engine) as conn:
-            row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+            row = queries.session_by_id(conn, session_id)
             usage = session_usage(conn, [row.pk]).get(row.pk) if row is not None else None
         return _info(row, usage) if row is not None else None
 
@@ -189,18 +189,28 @@ class SessionStore:
         return SessionManager(self, engine, spk, persist=persist, flushed=stored)
 
     # ------------------------------------------------------------------ interchange
-    def import_jsonl(self, path: str | os.PathLike) -> str:
-        """Store one session file (any Pi version, any oddity) and return its session id."""
-        return import_file(self, path).session_id
+    def import_jsonl(self, path: str | os.PathLike, *, keep_non_sessions: bool = False) -> str:
+        """Store one session file (any Pi version, any oddity) and return its session id; a file
+        that is not a Pi session raises ``ImportFailed`` unless ``keep_non_sessions``."""
+        report = import_file(self, path, keep_non_sessions=keep_non_sessions)
+        if report.session_id is None:
+            raise ImportFailed(report.note or f"{path}: not stored")
+        return report.session_id
 
-    def import_file(self, path: str | os.PathLike) -> ImportReport:
-        """Store one session file; re-importing the same bytes changes nothing."""
-        return import_file(self, path)
+    def import_file(self, path: str | os.PathLike, *, prefer: str | None = None,
+                    keep_non_sessions: bool = False) -> ImportReport:
+        """Store one session file; re-importing the same bytes changes nothing. A file that is
+        not a Pi session is reported (``not-session``) and stored only with ``keep_non_sessions``;
+        ``prefer`` ("file" or "store") settles a conflict (``store.interchange.importing``)."""
+        return import_file(self, path, prefer=prefer, keep_non_sessions=keep_non_sessions)
 
-    def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False) -> list[ImportReport]:
+    def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False,
+                    prefer: str | None = None, keep_non_sessions: bool = False) -> list[ImportReport]:
         """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
-        file, failures (conflicts, strict refusals) included (``store.interchange.syncing``)."""
-        return list(import_paths(self, paths, strict=strict, replace=replace))
+        file, failures (conflicts, strict refusals) and files that are not sessions included
+        (``store.interchange.syncing``)."""
+        return list(import_paths(self, paths, strict=strict, replace=replace, prefer=prefer,
+                                 keep_non_sessions=keep_non_sessions))
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
         """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""
