@@ -291,21 +291,35 @@ class _Token(str):
     __slots__ = ()
 
 
+class _Close:
+    """The closing bracket of a container, queued by ``_encode``: writing it leaves the container."""
+
+    __slots__ = ("bracket", "container")
+
+    def __init__(self, bracket: str, container: int) -> None:
+        self.bracket, self.container = bracket, container
+
+
 def _encode(value: Any, out: list[str]) -> None:
     """Append the JSON text of ``value`` to ``out`` (the slow, fully general path). Iterative:
     ``JSON.parse`` accepts any depth, so a stored value may be nested deeper than Python's stack."""
     pending: list[Any] = [value]  # values and tokens still to write, the next one last
+    open_containers: set[int] = set()  # ids of the containers being written (a cycle would never end)
     while pending:
         value = pending.pop()
         kind = type(value)
-        if kind is _Token or kind is str:
+        if kind is _Close:
+            out.append(value.bracket)
+            open_containers.discard(value.container)
+        elif kind is _Token or kind is str:
             out.append(value if kind is _Token else encode_basestring(value))
         elif kind is dict:
             if not value:
                 out.append("{}")
                 continue
+            _enter(open_containers, value)
             keys = _js_key_order(value)
-            pending.append(_Token("}"))
+            pending.append(_Close("}", id(value)))
             for index in range(len(keys) - 1, -1, -1):
                 key = keys[index]
                 if not isinstance(key, str):
@@ -316,7 +330,8 @@ def _encode(value: Any, out: list[str]) -> None:
             if not value:
                 out.append("[]")
                 continue
-            pending.append(_Token("]"))
+            _enter(open_containers, value)
+            pending.append(_Close("]", id(value)))
             for index in range(len(value) - 1, -1, -1):
                 pending.append(value[index])
                 pending.append(_Token("," if index else "["))
@@ -333,6 +348,12 @@ def _encode(value: Any, out: list[str]) -> None:
             pending.append(_plain(value))
         else:
             raise TypeError(f"{kind.__name__} is not JSON serializable")
+
+
+def _enter(open_containers: set[int], container: Any) -> None:
+    if id(container) in open_containers:
+        raise ValueError("circular reference: JSON.stringify throws on a cyclic structure")
+    open_containers.add(id(container))
 
 
 def _plain(value: Any) -> Any:

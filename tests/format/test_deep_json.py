@@ -73,3 +73,12 @@ def test_deep_values_are_walked_without_recursion() -> None:
     message["content"][0]["arguments"] = shallow
     assert json.loads(analysis_values({"type": "message", "message": message})[1])["toolCalls"][0][
         "arguments"] == shallow
+
+
+def test_stringify_refuses_a_cycle_and_writes_shared_values_each_time() -> None:
+    cyclic: dict = {"k": [1.5]}
+    cyclic["k"].append(cyclic)  # JSON.stringify throws on it; the iterative writer must not loop forever
+    with pytest.raises(ValueError, match="circular reference"):
+        js_stringify(cyclic)
+    shared = [1.5]  # not a cycle: written wherever it occurs
+    assert js_stringify({"a": shared, "b": [shared, shared]}) == '{"a":[1.5],"b":[[1.5],[1.5]]}'
