@@ -24,6 +24,7 @@ import orjson
 
 from store.format import JsonLineError, js_parse, js_string, js_stringify
 from store.format import models as m
+from store.format.jsjson import parse_deep
 from store.format.jsvalue import UNDEFINED, js_trim, truthy
 from store.format.lines import RawLine, decode_line
 from store.format.migrate import CURRENT_SESSION_VERSION, session_version
@@ -118,8 +119,12 @@ def _duplicate_keys(text: str) -> list[str]:
 
     try:
         json.loads(text, object_pairs_hook=check)
-    except (ValueError, RecursionError):
-        return []  # nested deeper than this parser goes: no verdict
+    except ValueError:
+        return []
+    except RecursionError:  # nested deeper than Python's stack
+        found.clear()
+        with contextlib.suppress(JsonLineError):
+            parse_deep(text, found)
     return found
 
 
@@ -220,7 +225,8 @@ def plan_v1_migration(lines: Iterable[RawLine]) -> MigrationPlan:
 
 
 def migration_ids(seed: str) -> Callable[[], str]:
-    """Deterministic 8-hex ids for migrated v1 entries (Pi draws random ones; re-import must be stable)."""
+    """Deterministic 8-hex ids for migrated v1 entries (Pi draws random ones; re-import must be stable).
+    ``seed`` (the header id) may hold lone surrogates: JSON allows them."""
     used = IdIndex()
     counter = 0
 
@@ -228,7 +234,7 @@ def migration_ids(seed: str) -> Callable[[], str]:
         nonlocal counter
         while True:
             counter += 1
-            candidate = hashlib.sha256(f"{seed}:{counter}".encode()).hexdigest()[:8]
+            candidate = hashlib.sha256(f"{seed}:{counter}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
             if used.put(candidate, 0) < 0:
                 return candidate
 
@@ -448,21 +454,44 @@ class LineReader:
 @dataclass(frozen=True, slots=True)
 class FileHead:
     """What the first JSON line of a file says: its header (if it is one) and whether a v1
-    migration plan is needed before reading it."""
+    migration plan is needed before reading it; ``line`` is that line's number (0: no line Pi
+    keeps) and ``value`` what it holds."""
 
     header: dict | None
     needs_plan: bool
+    line: int = 0
+    value: Any = UNDEFINED
+
+    def not_session_reason(self, size: int, starts_with_bom: bool) -> str:
+        """Why Pi does not open a file of ``size`` bytes with this head (``header`` is None)."""
+        if size == 0:
+            return "an empty file"
+        bom = " (the file starts with a UTF-8 byte order mark, and JSON.parse refuses that line)" \
+            if starts_with_bom else ""
+        if not self.line:
+            return f"no line of it is JSON{bom}"
+        value = self.value
+        if isinstance(value, dict) and value.get("type") == "session":
+            shown = js_stringify(value["id"]) if "id" in value else "no id"
+            what = f'a "session" line whose id is not a string ({shown})'
+        elif isinstance(value, dict):
+            kind = value.get("type", UNDEFINED)
+            what = f"an object of type {js_stringify(kind)}" if kind is not UNDEFINED else "an object without a type"
+        else:
+            what = f"the JSON value {js_stringify(value)[:40]}"
+        return f'its first JSON line (line {self.line}) is {what}, not a session header{bom}'
 
 
 def head_of(lines: Iterable[RawLine]) -> FileHead:
-    """Read lines up to the first one Pi keeps."""
+    """Read lines up to the first one Pi keeps: Pi opens the file only when that one is a
+    header (``{"type": "session", "id": <string>}``, any version)."""
     for raw in lines:
         value = parse_kept(raw.data)
         if value is UNDEFINED:
             continue
         if not is_header(value):
-            return FileHead(None, False)
-        return FileHead(value, session_version(value) < 2)
+            return FileHead(None, False, raw.number, value)
+        return FileHead(value, session_version(value) < 2, raw.number, value)
     return FileHead(None, False)
 
 
@@ -482,4 +511,5 @@ def fallback_session_id(lines: Iterable[RawLine], file_name: str, sha256: Callab
             return value["id"]
     if match := PI_FILE_NAME.search(file_name):
         return match.group(1).lower()
-    return str(uuid.UUID(bytes=hashlib.sha256(f"{file_name}\0{sha256()}".encode()).digest()[:16], version=4))
+    seed = f"{file_name}\0{sha256()}".encode("utf-8", "surrogatepass")  # an undecodable name has surrogates
+    return str(uuid.UUID(bytes=hashlib.sha256(seed).digest()[:16], version=4))

@@ -155,7 +155,7 @@ class SessionStore:
 
     def find_by_id(self, session_id: str) -> SessionInfo | None:
         with read_transaction(self.engine) as conn:
-            row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+            row = queries.session_by_id(conn, session_id)
             usage = session_usage(conn, [row.pk]).get(row.pk) if row is not None else None
         return _info(row, usage) if row is not None else None
 
@@ -250,24 +250,35 @@ class SessionStore:
             return list_claims(conn)
 
     # ------------------------------------------------------------------ interchange
-    def import_jsonl(self, path: str | os.PathLike) -> str:
-        """Store one session file (any Pi version, any oddity) and return its session id."""
+    def import_jsonl(self, path: str | os.PathLike, *, keep_non_sessions: bool = False) -> str:
+        """Store one session file (any Pi version, any oddity) and return its session id; a file
+        that is not a Pi session raises ``ImportFailed`` unless ``keep_non_sessions``."""
+        from store.errors import ImportFailed
         from store.interchange.importing import import_file
 
-        return import_file(self, path).session_id
+        report = import_file(self, path, keep_non_sessions=keep_non_sessions)
+        if report.session_id is None:
+            raise ImportFailed(report.note or f"{path}: not stored")
+        return report.session_id
 
-    def import_file(self, path: str | os.PathLike) -> ImportReport:
-        """Store one session file; re-importing the same bytes changes nothing."""
+    def import_file(self, path: str | os.PathLike, *, prefer: str | None = None,
+                    keep_non_sessions: bool = False) -> ImportReport:
+        """Store one session file; re-importing the same bytes changes nothing. A file that is
+        not a Pi session is reported (``not-session``) and stored only with ``keep_non_sessions``;
+        ``prefer`` ("file" or "store") settles a conflict (``store.interchange.importing``)."""
         from store.interchange.importing import import_file
 
-        return import_file(self, path)
+        return import_file(self, path, prefer=prefer, keep_non_sessions=keep_non_sessions)
 
-    def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False) -> list[ImportReport]:
+    def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False,
+                    prefer: str | None = None, keep_non_sessions: bool = False) -> list[ImportReport]:
         """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
-        file, failures (conflicts, strict refusals) included (``store.interchange.syncing``)."""
+        file, failures (conflicts, strict refusals) and files that are not sessions included
+        (``store.interchange.syncing``)."""
         from store.interchange.syncing import import_paths
 
-        return list(import_paths(self, paths, strict=strict, replace=replace))
+        return list(import_paths(self, paths, strict=strict, replace=replace, prefer=prefer,
+                                 keep_non_sessions=keep_non_sessions))
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
         """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""

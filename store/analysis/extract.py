@@ -41,7 +41,7 @@ from typing import Any, Final
 import orjson
 
 from store.db.stored_text import clean_text, db_text
-from store.format.jsjson import js_number
+from store.format.jsjson import js_number, js_stringify
 from store.format.jsvalue import truthy
 
 ANALYSIS_COLUMNS: Final = (
@@ -49,6 +49,7 @@ ANALYSIS_COLUMNS: Final = (
     "usage_input", "usage_output", "usage_cache_read", "usage_cache_write", "usage_cost",
 )
 SEARCH_TEXT_LIMIT: Final = 65_536
+FACTS_MAX_DEPTH: Final = 200  # levels of a JSON value kept as JSON in ``facts`` (below orjson's 255)
 _NO_USAGE: Final = (0, 0, 0, 0, 0, 0.0)  # has_usage, then the numbers
 NO_ANALYSIS: Final = ("", "{}", "", "", *_NO_USAGE)
 _MAX_BIGINT: Final = 2**63 - 1
@@ -192,28 +193,50 @@ def _content_text(content: Any) -> str:
 
 
 def _leaves(value: Any, out: list[str]) -> None:
-    """Append the string and number leaves of a JSON value (tool arguments) to ``out``."""
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _leaves(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _leaves(item, out)
-    elif _is_number(value):
-        out.append(js_number(value))  # as the number reads in the JSON line: 1.0 is "1", 1e-7 "1e-7"
+    """Append the string and number leaves of a JSON value (tool arguments) to ``out``, in
+    document order (without recursion: JSON.parse accepts any depth)."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            stack.extend(reversed(value.values()))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+        elif _is_number(value):
+            out.append(js_number(value))  # as the number reads in the JSON line: 1.0 is "1", 1e-7 "1e-7"
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds containers more than ``limit`` levels deep."""
+    stack = [(value, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, (dict, list)):
+            if level > limit:
+                return True
+            stack.extend((item, level + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def _clean_json(value: Any) -> Any:
     """A JSON value with every string (keys included) made storable, and integers beyond 64 bits
-    as the doubles JavaScript holds (orjson writes no others)."""
+    as the doubles JavaScript holds (orjson writes no others). A value nested deeper than
+    ``FACTS_MAX_DEPTH`` levels (orjson writes 255 at most, Python recurses 1,000 levels) becomes
+    its JSON text, a string."""
+    if isinstance(value, (dict, list)) and _nested_deeper(value, FACTS_MAX_DEPTH):
+        return clean_text(js_stringify(value))
+    return _clean_shallow(value)
+
+
+def _clean_shallow(value: Any) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, dict):
-        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+        return {clean_text(str(k)): _clean_shallow(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clean_json(v) for v in value]
+        return [_clean_shallow(v) for v in value]
     if value.__class__ is int and not -_MAX_BIGINT - 1 <= value <= 2 * _MAX_BIGINT + 1:
         return float(value)
     return value

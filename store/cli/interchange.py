@@ -21,7 +21,7 @@ from store.analysis import fts
 from store.cli.app import current_store, emit, main
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
-from store.interchange.importing import ImportReport
+from store.interchange.importing import PREFER, ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
 from store.interchange.verifying import (
     API,
@@ -43,8 +43,13 @@ def _common(command: Callable) -> Callable:
                            help="One JSON line per file, then a summary line.")(command)
     command = click.option("--strict", is_flag=True,
                            help="Refuse (store nothing of) a file that has any oddity.")(command)
-    command = click.option("--replace", is_flag=True,
-                           help="Store a file that conflicts with the stored session instead of it.")(command)
+    command = click.option("--replace", is_flag=True, help="The same as --prefer file.")(command)
+    command = click.option("--prefer", type=click.Choice(PREFER),
+                           help="Settle a conflict with the stored session: store the file instead of it "
+                                "(file), or keep the stored history and leave the file alone (store).")(command)
+    command = click.option("--keep-non-sessions", is_flag=True,
+                           help="Also store files that are not Pi sessions (no session header), as Pi "
+                                "never would.")(command)
     return command
 
 
@@ -96,11 +101,14 @@ def _print_report(report: ImportReport, as_json: bool) -> None:
         click.echo(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}")
         for warning in report.warnings:
             click.echo(f"warning: {warning}", err=True)
+    if report.note:
+        click.echo(f"note: {report.note}", err=True)
     if report.error:
         click.echo(f"error: {report.error}", err=True)
 
 
-def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, progress: str) -> None:
+def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, prefer: str | None,
+                 keep_non_sessions: bool, progress: str) -> None:
     files = session_files(paths)
     total = 0
     for file in files:
@@ -111,8 +119,8 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
     meter = _Progress(progress, total, len(files))
     store = current_store()
     with meter.running():
-        for report in import_paths(store, files, strict=strict, replace=replace,
-                                   on_file=meter.on_file, progress=meter.bytes):
+        for report in import_paths(store, files, strict=strict, replace=replace, prefer=prefer,
+                                   keep_non_sessions=keep_non_sessions, on_file=meter.on_file, progress=meter.bytes):
             summary.add(report)
             _print_report(report, as_json)
     _index_imports(store)
@@ -144,13 +152,17 @@ def _finish(summary: Summary, as_json: bool) -> None:
 @_common
 @click.option("--progress", type=_PROGRESS, default="auto", show_default=True,
               help="Progress on stderr: a bar (on a terminal), JSON lines, or none.")
-def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace: bool, progress: str) -> None:
+def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace: bool, prefer: str | None,
+                   keep_non_sessions: bool, progress: str) -> None:
     """Store session files, or every *.jsonl below folders (Pi's sessions layout), byte for byte.
 
     Importing the same bytes again changes nothing; a file that grew is read from where the
-    last import stopped; a file rewritten in another way is a conflict (see --replace).
+    last import stopped; a file rewritten in another way, or one whose session the store has
+    written to since, is a conflict (see --prefer). Files that are not Pi sessions are skipped
+    (not-session) unless --keep-non-sessions.
     """
-    _run_imports(list(paths), as_json=as_json, strict=strict, replace=replace, progress=progress)
+    _run_imports(list(paths), as_json=as_json, strict=strict, replace=replace, prefer=prefer,
+                 keep_non_sessions=keep_non_sessions, progress=progress)
 
 
 @main.command("sync")
@@ -159,24 +171,26 @@ def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace:
 @click.option("--progress", type=_PROGRESS, default="auto", show_default=True, help="As for import.")
 @click.option("--watch", "follow", is_flag=True, help="Keep following the folder (Ctrl-C stops).")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between looks (--watch).")
-def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, progress: str, follow: bool,
-                 interval: float) -> None:
+def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer: str | None,
+                 keep_non_sessions: bool, progress: str, follow: bool, interval: float) -> None:
     """Bring the store up to date with a Pi sessions folder: new files imported, grown files
     extended, unchanged files skipped (by size and content hash); safe to interrupt and rerun."""
     if not follow:
-        _run_imports([folder], as_json=as_json, strict=strict, replace=replace, progress=progress)
+        _run_imports([folder], as_json=as_json, strict=strict, replace=replace, prefer=prefer,
+                     keep_non_sessions=keep_non_sessions, progress=progress)
         return
     summary = Summary()
     started = time.monotonic()
 
     def on_report(report: ImportReport) -> None:
         summary.add(report)
-        if report.status != "unchanged":
+        if report.status != "unchanged" or report.note:  # a diverged session says so every time
             _print_report(report, as_json)
 
     with contextlib.suppress(KeyboardInterrupt):
         store = current_store()
-        watch(store, folder, interval=interval, strict=strict, replace=replace, on_report=on_report,
+        watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
+              keep_non_sessions=keep_non_sessions, on_report=on_report,
               after_round=lambda: _index_imports(store))
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)

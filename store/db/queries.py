@@ -155,7 +155,8 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
 
 
 def session_by_id(conn: Connection, session_id: str) -> Row | None:
-    return conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+    """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form)."""
+    return conn.execute(select(sessions).where(sessions.c.session_id == db_text(session_id))).first()
 
 
 def stored_session(conn: Connection, session_id: str) -> Row:

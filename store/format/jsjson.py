@@ -10,12 +10,13 @@ keys to the front; ``js_stringify`` does that when writing), integer literals be
 import json
 import math
 import re
+from json.decoder import scanstring
 from json.encoder import encode_basestring
 from typing import Any
 
 import orjson
 
-__all__ = ["JsonLineError", "js_number", "js_parse", "js_string", "js_stringify"]
+__all__ = ["JsonLineError", "js_number", "js_parse", "js_string", "js_stringify", "parse_deep"]
 
 
 class JsonLineError(ValueError):
@@ -56,9 +57,124 @@ def js_parse(text: str) -> Any:
         error = exc
     try:
         return _STDLIB_DECODER.decode(text)
-    except (ValueError, RecursionError):
+    except ValueError:
         pass
+    except RecursionError:  # nested deeper than Python's stack: JSON.parse has no such limit
+        try:
+            return parse_deep(text)
+        except JsonLineError as deep_error:
+            raise deep_error from None
     raise JsonLineError(f"invalid JSON at column {error.colno}: {error.msg}")
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace: exactly these four
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+class _OpenObject:
+    """An object being read by :func:`parse_deep`, and the key of its value being read."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, value: dict, key: str) -> None:
+        self.value, self.key = value, key
+
+
+def parse_deep(text: str, duplicates: list[str] | None = None) -> Any:
+    """``JSON.parse`` of ``text`` without recursion, for values nested deeper than orjson (1,024
+    levels) or the stdlib (Python's stack) go; JavaScript's parser has no depth limit. Same values
+    as :func:`js_parse`: integer literals as ``int``, other numbers ``float`` (``inf`` on overflow,
+    as JavaScript's Infinity), lone surrogate escapes kept, duplicate keys last-wins at the first
+    key's position (``duplicates`` collects them), ``__proto__`` an ordinary key.
+
+    Raises ``JsonLineError`` naming the column (1-based) where ``JSON.parse`` would throw."""
+    end = len(text)
+    stack: list[list | _OpenObject] = []  # open containers, innermost last
+    at = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+
+    def fail(reason: str, where: int) -> JsonLineError:
+        return JsonLineError(f"invalid JSON at column {where + 1}: {reason}")
+
+    def key_at(where: int) -> tuple[str, int]:
+        if text.startswith('"', where):
+            try:
+                key, where = scanstring(text, where + 1, True)
+            except ValueError as exc:
+                raise fail(f"bad string ({exc.args[0].partition(':')[0]})", where) from None
+            where = _WHITESPACE.match(text, where).end()  # type: ignore[union-attr]
+            if text.startswith(":", where):
+                return key, _WHITESPACE.match(text, where + 1).end()  # type: ignore[union-attr]
+            raise fail("expected ':' after an object key", where)
+        raise fail("expected a string as object key", where)
+
+    while True:
+        # one value starts at ``at``
+        char = text[at:at + 1]
+        if char == "{":
+            at = _WHITESPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            if not text.startswith("}", at):
+                key, at = key_at(at)
+                stack.append(_OpenObject({}, key))
+                continue
+            value: Any = {}
+            at += 1
+        elif char == "[":
+            at = _WHITESPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            if not text.startswith("]", at):
+                stack.append([])
+                continue
+            value = []
+            at += 1
+        elif char == '"':
+            try:
+                value, at = scanstring(text, at + 1, True)
+            except ValueError as exc:
+                raise fail(f"bad string ({exc.args[0].partition(':')[0]})", at) from None
+        elif number := _NUMBER.match(text, at):
+            token = number.group()
+            value = float(token) if number.group(1) or number.group(2) else _parse_int(token)
+            at = number.end()
+        else:
+            for word, literal in _LITERALS:
+                if text.startswith(word, at):
+                    value, at = literal, at + len(word)
+                    break
+            else:
+                raise fail("unexpected end of input" if at >= end else f"unexpected character {char!r}", at)
+        # the value is complete: put it into the open containers, closing those that end here
+        while True:
+            at = _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+            if not stack:
+                if at < end:
+                    raise fail("unexpected data after the JSON value", at)
+                return value
+            top = stack[-1]
+            char = text[at:at + 1]
+            if top.__class__ is list:
+                top.append(value)
+                if char == "]":
+                    value = stack.pop()
+                    at += 1
+                    continue
+            else:
+                container, key = top.value, top.key
+                if duplicates is not None and key in container:
+                    duplicates.append(key)
+                container[key] = value
+                if char == "}":
+                    value = container
+                    stack.pop()
+                    at += 1
+                    continue
+                if char == ",":
+                    top.key, at = key_at(_WHITESPACE.match(text, at + 1).end())  # type: ignore[union-attr]
+                    break
+            if char != ",":
+                closer = "]" if top.__class__ is list else "}"
+                raise fail(f"expected ',' or '{closer}'" if at < end else "unexpected end of input", at)
+            at = _WHITESPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            break
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,48 +285,75 @@ def _js_key_order(obj: dict[Any, Any]) -> list[Any]:
     return [key for _, key in indexed] + others
 
 
+class _Token(str):
+    """JSON text already written (brackets, separators, keys), queued among values by ``_encode``."""
+
+    __slots__ = ()
+
+
+class _Close:
+    """The closing bracket of a container, queued by ``_encode``: writing it leaves the container."""
+
+    __slots__ = ("bracket", "container")
+
+    def __init__(self, bracket: str, container: int) -> None:
+        self.bracket, self.container = bracket, container
+
+
 def _encode(value: Any, out: list[str]) -> None:
-    """Append the JSON text of ``value`` to ``out`` (the slow, fully general path)."""
-    kind = type(value)
-    if kind is str:
-        out.append(encode_basestring(value))
-    elif kind is dict:
-        if not value:
-            out.append("{}")
-            return
-        sep = "{"
-        for key in _js_key_order(value):
-            if not isinstance(key, str):
-                raise TypeError(f"dict keys must be str, not {type(key).__name__}")
-            out.append(sep)
-            out.append(encode_basestring(key))
-            out.append(":")
-            _encode(value[key], out)
-            sep = ","
-        out.append("}")
-    elif kind is list or kind is tuple:
-        if not value:
-            out.append("[]")
-            return
-        sep = "["
-        for item in value:
-            out.append(sep)
-            _encode(item, out)
-            sep = ","
-        out.append("]")
-    elif value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif kind is int or kind is float:
-        text = js_number(value)
-        out.append(text if text[-1].isdigit() else "null")  # NaN, Infinity, -Infinity
-    elif isinstance(value, (str, int, float, dict, list, tuple)):
-        _encode(_plain(value), out)
-    else:
-        raise TypeError(f"{kind.__name__} is not JSON serializable")
+    """Append the JSON text of ``value`` to ``out`` (the slow, fully general path). Iterative:
+    ``JSON.parse`` accepts any depth, so a stored value may be nested deeper than Python's stack."""
+    pending: list[Any] = [value]  # values and tokens still to write, the next one last
+    open_containers: set[int] = set()  # ids of the containers being written (a cycle would never end)
+    while pending:
+        value = pending.pop()
+        kind = type(value)
+        if kind is _Close:
+            out.append(value.bracket)
+            open_containers.discard(value.container)
+        elif kind is _Token or kind is str:
+            out.append(value if kind is _Token else encode_basestring(value))
+        elif kind is dict:
+            if not value:
+                out.append("{}")
+                continue
+            _enter(open_containers, value)
+            keys = _js_key_order(value)
+            pending.append(_Close("}", id(value)))
+            for index in range(len(keys) - 1, -1, -1):
+                key = keys[index]
+                if not isinstance(key, str):
+                    raise TypeError(f"dict keys must be str, not {type(key).__name__}")
+                pending.append(value[key])
+                pending.append(_Token(f"{',' if index else '{'}{encode_basestring(key)}:"))
+        elif kind is list or kind is tuple:
+            if not value:
+                out.append("[]")
+                continue
+            _enter(open_containers, value)
+            pending.append(_Close("]", id(value)))
+            for index in range(len(value) - 1, -1, -1):
+                pending.append(value[index])
+                pending.append(_Token("," if index else "["))
+        elif value is None:
+            out.append("null")
+        elif value is True:
+            out.append("true")
+        elif value is False:
+            out.append("false")
+        elif kind is int or kind is float:
+            text = js_number(value)
+            out.append(text if text[-1].isdigit() else "null")  # NaN, Infinity, -Infinity
+        elif isinstance(value, (str, int, float, dict, list, tuple)):
+            pending.append(_plain(value))
+        else:
+            raise TypeError(f"{kind.__name__} is not JSON serializable")
+
+
+def _enter(open_containers: set[int], container: Any) -> None:
+    if id(container) in open_containers:
+        raise ValueError("circular reference: JSON.stringify throws on a cyclic structure")
+    open_containers.add(id(container))
 
 
 def _plain(value: Any) -> Any:

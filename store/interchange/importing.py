@@ -13,8 +13,20 @@ the store's write lock, so concurrent imports of one file agree):
   unfinished line, or Pi had to migrate it, the session is stored again from the whole file
   instead (``rebuilt``) — nothing stored is lost either way, it is all in the file;
 * anything else — a file rewritten (Pi's migration rewrites old files), truncated or edited — is a
-  conflict: :class:`ImportConflict`, nothing changes. ``replace=True`` stores the file's content
-  instead of the stored one (``replaced``): an explicit choice, never a silent merge.
+  conflict: :class:`ImportConflict`, nothing changes.
+
+Who owns a session's history (docs/design.md): the file it was imported from, until the store
+writes to it (``sessions.diverged_seq``, the first row the store wrote). From then on a file that
+changed is a conflict too — its new lines are never appended after the store's rows — and an
+unchanged file is ``unchanged`` with a note that the store holds more. ``prefer`` resolves every
+conflict explicitly: ``"file"`` stores the file's content instead of the stored one (``replaced``;
+``replace=True`` says the same), ``"store"`` keeps the stored history and leaves the file alone
+(``kept-store``): never a silent merge. Every import that changes a stored session's rows counts
+one more ``sessions.row_version``, so that managers open on it notice.
+
+A file Pi would not open as a session — empty, binary, other JSON: its first JSON line is not a
+header ``{"type": "session", "id": <string>}`` — is ``not-session``: nothing is stored, unless
+``keep_non_sessions=True`` keeps its bytes as a session of its own (that Pi does not list).
 
 ``strict=True`` refuses (:class:`StrictRefusal`) a file with any oddity and stores nothing of it.
 A crash mid-file leaves nothing of that file (one transaction); importing it again starts over.
@@ -32,11 +44,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sqlalchemy import Connection, Row, delete, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from store.bulk import SessionWriter, advance_session, create_session, finish_session
 from store.db import queries
 from store.db.engine import is_sqlite, write_transaction
 from store.db.schema import entries, imports, sessions
+from store.db.stored_text import db_text
 from store.errors import ImportFailed, SessionExists
 from store.format.lines import RawLine
 from store.gc_pause import gc_paused
@@ -58,6 +72,10 @@ if TYPE_CHECKING:
 
 IMPORTED, APPENDED, REBUILT, REPLACED, UNCHANGED = "imported", "appended", "rebuilt", "replaced", "unchanged"
 CONFLICT, REFUSED, FAILED, BUSY = "conflict", "refused", "failed", "busy"
+NOT_SESSION, KEPT_STORE = "not-session", "kept-store"
+PREFER = ("file", "store")  # who wins a conflict, when asked
+LOCK_WAIT_SECONDS = 300.0  # PostgreSQL: longest wait for another import of the same session
+_LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
 
 
 class ImportConflict(SessionExists):
@@ -87,6 +105,7 @@ class ImportReport:
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
     error: str | None = None
+    note: str | None = None  # why nothing was stored though nothing failed (not-session, kept-store, diverged)
 
     @property
     def imported(self) -> bool:
@@ -102,6 +121,8 @@ class ImportReport:
         }
         if self.error is not None:
             doc["error"] = self.error
+        if self.note is not None:
+            doc["note"] = self.note
         return doc
 
 
@@ -117,14 +138,20 @@ class _Plan:
     session: Row | None = None
     hasher: Any = None  # sha256 of the bytes before ``start``
     start: int = 0
-    reason: str = ""
+    reason: str = ""  # of a conflict
+    note: str | None = None  # for the report
 
 
 def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = False, replace: bool = False,
-                progress: Progress | None = None, parallel: bool = True) -> ImportReport:
+                prefer: str | None = None, keep_non_sessions: bool = False, progress: Progress | None = None,
+                parallel: bool = True) -> ImportReport:
     """Store one session file (see the module docstring); raises ``ImportFailed`` (unreadable),
-    ``StrictRefusal`` or :class:`ImportConflict`, and then stores nothing. ``parallel``: a big new
-    file may be read by a worker process (``store.interchange.reading``)."""
+    ``StrictRefusal`` or :class:`ImportConflict`, and then stores nothing. ``prefer`` (``"file"``
+    or ``"store"``) settles a conflict instead; ``replace=True`` is ``prefer="file"``. ``parallel``:
+    a big new file may be read by a worker process (``store.interchange.reading``)."""
+    if prefer is not None and prefer not in PREFER:
+        raise ValueError(f"prefer must be one of {PREFER}, not {prefer!r}")
+    prefer = "file" if replace else prefer
     path = Path(path)
     source = os.path.realpath(path)
     try:
@@ -137,22 +164,30 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             raise ImportFailed(f"{path}: not a regular file")
         size = info.st_size  # bytes appended while this runs are left for the next import
         head = head_of(_lines(stream, size))
-        session_id = head.header["id"] if head.header is not None else fallback_session_id(
-            _lines(stream, size), path.name, lambda: sha256_of(stream, size).hexdigest())
+        if head.header is None and not keep_non_sessions:
+            stream.seek(0)
+            reason = head.not_session_reason(size, stream.read(3) == b"\xef\xbb\xbf")
+            return ImportReport(str(path), None, NOT_SESSION, size=size, pi_valid=False,
+                                note=f"{path}: not a Pi session: {reason}; nothing was stored "
+                                     "(--keep-non-sessions stores it anyway)")
+        session_id = db_text(head.header["id"] if head.header is not None else fallback_session_id(
+            _lines(stream, size), path.name, lambda: sha256_of(stream, size).hexdigest()))
         plan = plan_v1_migration(_lines(stream, size)) if head.needs_plan else None
         with write_transaction(store.engine) as conn:
-            _lock(conn, session_id)
-            decided = _decide(conn, stream, size, source, session_id, replace, head.header)
-            report = ImportReport(str(path), session_id, decided.status, size=size)
+            _lock(conn, path, session_id)
+            decided = _decide(conn, stream, size, source, session_id, prefer, head.header)
+            report = ImportReport(str(path), session_id, decided.status, size=size, note=decided.note)
             if decided.status == CONFLICT:
                 raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed "
-                                     "(import with --replace to store the file instead)", session_id)
+                                     "(--prefer file stores the file instead, --prefer store keeps the stored "
+                                     "history)", session_id)
             session = decided.session
-            if decided.status == UNCHANGED:
+            if decided.status in (UNCHANGED, KEPT_STORE):
                 assert session is not None
-                report.sha256 = decided.hasher.hexdigest()  # type: ignore[attr-defined]
                 report.pi_valid, report.migrated_from = session.pi_valid, session.migrated_from
-                report.revision = _record(conn, source, session.pk, size, report.sha256, info.st_mtime)
+                if decided.status == UNCHANGED:
+                    report.sha256 = decided.hasher.hexdigest()  # type: ignore[attr-defined]
+                    report.revision = _record(conn, source, session.pk, size, report.sha256, info.st_mtime)
                 return report
             append = decided.status == APPENDED
             if session is None:
@@ -174,6 +209,9 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             else:
                 finish_session(conn, spk, read.header, read.summary, pi_valid=read.pi_valid,
                                mtime_ms=info.st_mtime * 1000, migrated_from=read.migrated_from, **origin)
+            if session is not None:  # new rows for a stored session: its history is the file's again
+                conn.execute(update(sessions).where(sessions.c.pk == spk).values(
+                    row_version=sessions.c.row_version + 1, diverged_seq=None))
             report.sha256, report.bytes = read.sha256, size - decided.start
             report.lines, report.entries = read.summary.rows, read.summary.entries
             report.pi_valid, report.migrated_from = read.pi_valid, read.migrated_from
@@ -211,34 +249,68 @@ def _stream_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | N
     return read
 
 
-def _lock(conn: Connection, session_id: str) -> None:
+def _lock(conn: Connection, path: Path, session_id: str) -> None:
     """Serialise imports of one session id (SQLite: the write transaction already holds the
-    database's write lock; PostgreSQL: a transaction-scoped advisory lock on the id)."""
-    if not is_sqlite(conn):
-        key = int.from_bytes(hashlib.sha256(f"pi-store import {session_id}".encode()).digest()[:8], "big", signed=True)
+    database's write lock; PostgreSQL: a transaction-scoped advisory lock on the id, waited for
+    ``LOCK_WAIT_SECONDS`` at most)."""
+    if is_sqlite(conn):
+        return
+    key = int.from_bytes(hashlib.sha256(f"pi-store import {session_id}".encode()).digest()[:8], "big", signed=True)
+    before = conn.execute(text("SELECT current_setting('lock_timeout'), set_config('lock_timeout', :wait, true)"),
+                          {"wait": f"{round(LOCK_WAIT_SECONDS * 1000)}ms"}).scalar_one()
+    try:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            raise
+        raise ImportFailed(
+            f"{path}: session {session_id}: another import of this session has held its lock for more than "
+            f"{LOCK_WAIT_SECONDS:g} s; nothing was stored (is a process stuck? PostgreSQL's pg_stat_activity "
+            "shows the connection holding the lock, pg_locks the advisory lock)") from exc
+    conn.execute(text("SELECT set_config('lock_timeout', :before, true)"), {"before": before})
 
 
-def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, replace: bool,
+def _diverged_reason(session: Row) -> str:
+    """What the store added to a session after the file's lines (``diverged_seq`` is set)."""
+    added = session.last_seq - session.diverged_seq + 1
+    return (f"the store has written {added} row{'s' * (added != 1)} to this session after the file's line "
+            f"{session.diverged_seq} (API appends or a compaction): the store owns its history now")
+
+
+def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, prefer: str | None,
             header: dict | None) -> _Plan:
     session = queries.session_by_id(conn, session_id)
     if session is None:
         return _Plan(IMPORTED)
+    plan = _compare(conn, stream, size, source, session, header)
+    if plan.status != CONFLICT or prefer is None:
+        return plan
+    if prefer == "file":
+        return _Plan(REPLACED, session)
+    return _Plan(KEPT_STORE, session, note=f"kept the stored history of session {session_id}, the file is left "
+                                            f"as it is: {plan.reason}")
+
+
+def _compare(conn: Connection, stream: BinaryIO, size: int, source: str, session: Row, header: dict | None) -> _Plan:
+    """How the file relates to the stored session (UNCHANGED, APPENDED, REBUILT or CONFLICT)."""
+    diverged = session.diverged_seq is not None
+    note = f"{_diverged_reason(session)}; the file has not changed since" if diverged else None
     if session.source_sha256 is None:
-        if replace:
-            return _Plan(REPLACED, session)
         return _Plan(CONFLICT, session, reason="a session with this id was created through the store's API")
     record = conn.execute(select(imports).where(imports.c.source_path == source)).first()
     if record is not None and record.session_pk == session.pk and record.source_bytes == size:
         hasher = sha256_of(stream, size)
         if hasher.hexdigest() == record.source_sha256:  # what this very path gave last time
-            return _Plan(UNCHANGED, session, hasher)
+            return _Plan(UNCHANGED, session, hasher, note=note)
     stored_bytes = session.source_bytes or 0
     if size >= stored_bytes:
         hasher = sha256_of(stream, stored_bytes)
         if hasher.hexdigest() == session.source_sha256:
             if size == stored_bytes:
-                return _Plan(UNCHANGED, session, hasher)
+                return _Plan(UNCHANGED, session, hasher, note=note)
+            if diverged:  # never append the file's new lines after the store's rows
+                return _Plan(CONFLICT, session, reason=f"{_diverged_reason(session)}, and the file has "
+                             f"{size - stored_bytes} more bytes since it was imported")
             if _can_append(conn, session):
                 return _Plan(APPENDED, session, hasher, start=stored_bytes)
             return _Plan(REBUILT, session)
@@ -253,10 +325,12 @@ def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_
     else:
         hasher = sha256_of(stream, size)
         if hasher.digest() == session_sha256(conn, session.pk, limit=size)[0].digest():
-            return _Plan(UNCHANGED, session, hasher)  # an older copy: the store holds all of it and more
+            return _Plan(UNCHANGED, session, hasher, note=note)  # an older copy: the store holds all of it and more
         reason = (f"the file has {size} bytes, fewer than the {stored_bytes} stored, and is not their beginning: "
                   "it was truncated or rewritten")
-    return _Plan(REPLACED, session) if replace else _Plan(CONFLICT, session, reason=reason)
+    if diverged:
+        reason = f"{reason}; also, {_diverged_reason(session)}"
+    return _Plan(CONFLICT, session, reason=reason)
 
 
 def _can_append(conn: Connection, session: Row) -> bool:

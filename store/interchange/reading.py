@@ -5,14 +5,22 @@ sha256 and its warnings on the side.
 An import stores the chunks while they come. For a big new file the reading runs in a forked
 worker process (:func:`read_in_worker`) while the importing process writes what it sends: parsing
 JSON and writing SQLite then use a core each. The worker reads the same open file, touches no
-database, and leaves nothing behind: if either side dies the other stops (the pipe breaks) and
-the import's transaction rolls back.
+database, and leaves nothing behind: if either side dies the other stops and the import's
+transaction rolls back. For that the worker keeps nothing of its parent's it does not need: it
+closes its copy of the pipe's read end (else, its parent killed, it would wait forever to send
+into a pipe it reads itself), closes its copies of the parent's sockets — database connections —
+without a word on them (a PostgreSQL connection kept open by the worker would keep the killed
+import's transaction, and its advisory lock, alive), and dies with its parent (Linux).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import multiprocessing
+import os
+import stat
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -169,9 +177,35 @@ class RowReading:
 # in a worker process
 
 
-def _work(job: Job, send: Any) -> None:
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _cut_loose(parent: int, receive: Any, send: Any) -> None:
+    """First thing in the worker: die with ``parent``, drop the read end of the pipe and every
+    inherited socket (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the parent dies
+        if os.getppid() != parent:  # it died before prctl took effect
+            os._exit(1)
+    receive.close()
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd == send.fileno():
+            continue
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                # os.close, not the driver's close: closing a copy sends nothing (no terminate
+                # message, no FIN while the parent holds the socket), and the driver objects
+                # that name it are never used here (the worker leaves through os._exit)
+                os.close(fd)
+        except OSError:  # the descriptor of the listing itself, gone by now
+            continue
+
+
+def _work(job: Job, send: Any, receive: Any, parent: int) -> None:
     """The worker: read ``job`` and send ``("rows", values, bytes)`` per chunk, then ``("done",
     FileRows)``; or ``("error", StoreError)`` / ``("crash", traceback)``."""
+    _cut_loose(parent, receive, send)
     read = 0
 
     def count(size: int) -> None:
@@ -197,7 +231,8 @@ def read_in_worker(job: Job, progress: Progress | None = None) -> Iterator[list[
     """Chunks of rows read by a forked worker, then (last) the :class:`FileRows`."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    worker = context.Process(target=_work, args=(job, send), name="pi-store-reader", daemon=True)
+    worker = context.Process(target=_work, args=(job, send, receive, os.getpid()), name="pi-store-reader",
+                             daemon=True)
     worker.start()
     send.close()
     try:

@@ -4,7 +4,9 @@ and ``sync``, which does the same for a sessions folder again and again (``watch
 Every file is imported on its own (``store.interchange.importing.import_file``: one transaction
 each, idempotent, appends read incrementally), so an interrupted run resumes where it stopped:
 the files it finished are unchanged on the next run, the one it was in starts over. A file's
-failure — a conflict, a ``strict`` refusal, an unreadable file — is reported and the run goes on.
+failure — a conflict, a ``strict`` refusal, an unreadable file, even an unexpected error — is
+reported and the run goes on; a file that is not a Pi session is reported (``not-session``) and
+stored only when asked (``keep_non_sessions``).
 """
 
 from __future__ import annotations
@@ -84,17 +86,20 @@ class Summary:
 
 
 def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
+               prefer: str | None = None, keep_non_sessions: bool = False,
                progress: Callable[[int], None] | None = None, settle: float | None = None) -> ImportReport:
-    """:func:`import_file` that reports failures instead of raising them. ``settle``: a file
-    that does not end with a newline and changed less than that many seconds ago is left for
-    later (``busy``): Pi is probably writing its last line."""
+    """:func:`import_file` that reports failures instead of raising them — any exception, even
+    one nobody foresaw, is that file's ``failed`` report. ``settle``: a file that does not end
+    with a newline and changed less than that many seconds ago is left for later (``busy``): Pi
+    is probably writing its last line."""
     try:
         if settle is not None and _being_written(path, settle):
             return ImportReport(str(path), None, BUSY, error="the file is being written (no final newline yet)")
         attempt = 1
         while True:
             try:
-                return import_file(store, path, strict=strict, replace=replace, progress=progress)
+                return import_file(store, path, strict=strict, replace=replace, prefer=prefer,
+                                   keep_non_sessions=keep_non_sessions, progress=progress)
             except OperationalError as exc:  # SQLite: another writer held the lock past the busy timeout
                 if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES:
                     raise
@@ -106,6 +111,9 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
     except (StoreError, OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:
         # the file's transaction rolled back: report it and go on with the next file
         return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a bug: still only this file's failure (its transaction rolled back)
+        return ImportReport(str(path), None, FAILED,
+                            error=f"{path}: unexpected {type(exc).__name__} (please report it): {exc}")
 
 
 def _being_written(path: Path, settle: float) -> bool:
@@ -118,7 +126,8 @@ def _being_written(path: Path, settle: float) -> bool:
 
 
 def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, strict: bool = False,
-                 replace: bool = False, on_file: Callable[[int, Path], None] | None = None,
+                 replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
+                 on_file: Callable[[int, Path], None] | None = None,
                  progress: Callable[[int], None] | None = None,
                  settle: float | None = None) -> Iterator[ImportReport]:
     """Import every file of :func:`session_files`, one report each. ``on_file(i, path)`` is
@@ -126,11 +135,13 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     for index, path in enumerate(session_files(paths)):
         if on_file is not None:
             on_file(index, path)
-        yield import_one(store, path, strict=strict, replace=replace, progress=progress, settle=settle)
+        yield import_one(store, path, strict=strict, replace=replace, prefer=prefer,
+                         keep_non_sessions=keep_non_sessions, progress=progress, settle=settle)
 
 
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,
-          replace: bool = False, on_report: Callable[[ImportReport], None],
+          replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
+          on_report: Callable[[ImportReport], None],
           stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
@@ -145,7 +156,8 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             key, signature = os.path.realpath(path), (info.st_size, info.st_mtime_ns)
             if seen.get(key) == signature:
                 continue
-            report = import_one(store, path, strict=strict, replace=replace, settle=SETTLE_SECONDS)
+            report = import_one(store, path, strict=strict, replace=replace, prefer=prefer,
+                                keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS)
             if report.status != BUSY:  # a busy file is looked at again next round
                 seen[key] = signature
             on_report(report)

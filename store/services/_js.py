@@ -304,12 +304,37 @@ class JsSet:
 
 def jsonable(value: Any) -> Any:
     """The value ``JSON.parse(JSON.stringify(value))`` would give back: keys holding undefined
-    dropped, undefined in arrays and non-finite numbers become None (key order kept)."""
+    dropped, undefined in arrays and non-finite numbers become None (key order kept). Iterative:
+    a value read from a file may be nested deeper than Python's stack."""
+    top = _jsonable_copy(value)
+    pending = [(value, top)] if _is_container(top) else []
+    while pending:
+        source, target = pending.pop()
+        if type(source) is dict:
+            for key, item in source.items():
+                if item is not UNDEFINED:
+                    target[key] = copy = _jsonable_copy(item)
+                    if _is_container(copy):
+                        pending.append((item, copy))
+        else:
+            for item in source:
+                target.append(copy := _jsonable_copy(item))
+                if _is_container(copy):
+                    pending.append((item, copy))
+    return top
+
+
+def _is_container(value: Any) -> bool:
+    return value.__class__ is dict or value.__class__ is list
+
+
+def _jsonable_copy(value: Any) -> Any:
+    """``jsonable`` of a scalar; an empty container to fill in for a dict, list or tuple."""
     kind = type(value)
     if kind is dict:
-        return {key: jsonable(item) for key, item in value.items() if item is not UNDEFINED}
+        return {}
     if kind is list or kind is tuple:
-        return [None if item is UNDEFINED else jsonable(item) for item in value]
+        return []
     if kind is float and (value != value or value in (math.inf, -math.inf)):
         return None
     if value is UNDEFINED:

@@ -38,7 +38,7 @@ def test_export_all_in_pis_layout_round_trips(tmp_path: Path) -> None:
                                              "edge-empty.jsonl", "edge-crlf.jsonl")]
     db = f"sqlite:///{tmp_path / 's.db'}"
     with SessionStore.connect(db) as store:
-        ids = {import_file(store, path).session_id: path for path in picked}
+        ids = {import_file(store, path, keep_non_sessions=True).session_id: path for path in picked}
         sm = store.create("/home/me/proj")  # a session made through the API: written as Pi writes it
         sm.append_message({"role": "user", "content": "hello", "timestamp": 1})
         ids[sm.get_session_id()] = None
@@ -75,7 +75,7 @@ def test_verify_reports_health_and_finds_damage(store: SessionStore) -> None:
     for path in sorted(FILES, key=lambda p: p.name != "edge-duplicate-ids.jsonl"):
         if path.name.startswith(("edge-", "legacy-", "small-seed1-")):
             with contextlib.suppress(ImportConflict):  # several edge files share a session id
-                report = import_file(store, path)
+                report = import_file(store, path, keep_non_sessions=True)
                 reports.setdefault(report.session_id, report)
     sm = store.create("/w")
     sm.append_message({"role": "user", "content": "hi", "timestamp": 1})

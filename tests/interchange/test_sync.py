@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from store.db.engine import read_transaction
-from store.db.schema import entries
+from store.db.schema import entries, sessions
 from store.interchange.importing import ImportConflict, import_file
 from store.interchange.syncing import import_paths
 from store.session_store import SessionStore
@@ -55,8 +55,14 @@ def test_a_grown_file_is_read_from_the_stored_offset(tmp_path: Path, name: str) 
             assert first.status == "imported" and grown.status == "appended", k
             assert grown.bytes == len(b"".join(full[k:])) and grown.lines == len(full) - k
             assert table_rows(store) == expected, (name, k)
+            assert _row_version(store, grown.session_id) == 1  # managers open on it see the change
             assert b"".join(store.iter_export(grown.session_id)) == b"".join(full)
             assert import_file(store, path).status == "unchanged"
+
+
+def _row_version(store: SessionStore, session_id: str) -> int:
+    with read_transaction(store.engine) as conn:
+        return conn.execute(select(sessions.c.row_version).where(sessions.c.session_id == session_id)).scalar_one()
 
 
 def test_appended_duplicate_ids_correct_earlier_rows(store: SessionStore, tmp_path: Path) -> None:
@@ -153,8 +159,9 @@ def test_sync_folder_is_idempotent_and_counts(tmp_path: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(FIXTURES[name].read_bytes())
     with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
-        assert [r.status for r in store.import_path(folder)] == ["imported"] * 3
-        assert [r.status for r in import_paths(store, [folder, folder / "--w--" / "edge-empty.jsonl"])] == [
+        assert [r.status for r in store.import_path(folder, keep_non_sessions=True)] == ["imported"] * 3
+        assert [r.status for r in import_paths(store, [folder, folder / "--w--" / "edge-empty.jsonl"],
+                                               keep_non_sessions=True)] == [
             "unchanged"] * 3  # each file once
 
 

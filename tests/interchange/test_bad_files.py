@@ -1,0 +1,124 @@
+"""Files that are not sessions are never stored as sessions (unless asked), and no single file —
+however odd — stops an import run or ``sync --watch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store.interchange.syncing import import_paths, watch
+from store.session_store import SessionStore
+from tests.interchange.test_oddities import HEADER, entry
+from tests.oracle_support import load_fixture_cases
+
+ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x02\x00\x3e\x00\x01\x00\x00\x00\n\x00\x10\xff\xfe"
+JUNK = {
+    "empty.jsonl": (b"", "an empty file"),
+    "binary.jsonl": (bytes(range(256)) * 4, "no line of it is JSON"),
+    "program.jsonl": (ELF, "no line of it is JSON"),
+    "data.jsonl": (b'{"name":"x","value":1}\n[1,2]\n', 'line 1) is an object without a type'),
+    "other-typed.jsonl": (b'\n\n{"type":"message","id":"a"}\n', 'line 3) is an object of type "message"'),
+    "numeric-id.jsonl": (b'{"type":"session","id":7}\n', 'a "session" line whose id is not a string (7)'),
+    "bom.jsonl": (b"\xef\xbb\xbf" + HEADER.replace(b"0000000a", b"000000b0") + b"\n", "byte order mark"),
+}
+SESSIONS = {  # what Pi opens: garbage before the header, a v1 header (no version), a header alone
+    "garbage-first.jsonl": b"not json\n\n" + HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n",
+    "v1.jsonl": b'{"type":"session","id":"v1-session","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}\n'
+                b'{"type":"message","timestamp":"2025-01-01T00:00:01.000Z","message":{"role":"user","content":"a"}}\n',
+    "falsy-first.jsonl": b"null\n0\n" + HEADER.replace(b"0000000a", b"0000000f") + b"\n",
+}
+SURROGATE_HEADER = HEADER.replace(b'"id":"019a0000-0000-7000-8000-00000000000a"', b'"id":"s-\\ud800"')
+
+
+def _folder(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder.parent
+
+
+def test_junk_is_not_a_session_and_stores_nothing(store: SessionStore, tmp_path: Path) -> None:
+    folder = _folder(tmp_path, {**{name: data for name, (data, _) in JUNK.items()}, **SESSIONS})
+    reports = {Path(r.path).name: r for r in store.import_path(folder)}
+    for name, (_, reason) in JUNK.items():
+        report = reports[name]
+        assert (report.status, report.session_id, report.imported, report.error) == ("not-session", None, False, None)
+        assert report.note.startswith(f"{folder / '--w--' / name}: not a Pi session: ") and reason in report.note
+    assert {name: r.status for name, r in reports.items() if name in SESSIONS} == dict.fromkeys(SESSIONS, "imported")
+    assert sorted(s.id for s in store.list_all()) == sorted(r.session_id for n, r in reports.items() if n in SESSIONS)
+    kept = store.import_path(folder, keep_non_sessions=True)  # asked for: stored as sessions Pi does not list
+    assert sorted(r.status for r in kept) == ["imported"] * len(JUNK) + ["unchanged"] * len(SESSIONS)
+    assert b"".join(store.iter_export(next(r.session_id for r in kept if r.path.endswith("program.jsonl")))) == ELF
+
+
+def test_not_session_agrees_with_pi_on_every_fixture(tmp_path: Path) -> None:
+    """Pi opens a file (or, for an empty one, writes a header into it) unless its first JSON line
+    is not a header; the store refuses exactly those and the empty file."""
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        for case in load_fixture_cases(("sessions", "legacy")):
+            refused = "not a valid pi session" in ((case.describe.get("openError") or {}).get("message") or "")
+            report = store.import_path(case.source_path)[0]
+            assert (report.status == "not-session") == (refused or case.describe["inputBytes"] == 0), case.name
+
+
+def test_cli_reports_not_sessions_and_exits_0(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, {"empty.jsonl": b"", "data.jsonl": JUNK["data.jsonl"][0],
+                                "s.jsonl": HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n"})
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "import", str(folder), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *files, summary = map(json.loads, done.stdout.splitlines())
+    assert summary["summary"]["statuses"] == {"not-session": 2, "imported": 1}
+    assert all("not a Pi session" in f["note"] for f in files if f["status"] == "not-session")
+    human = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "import", str(folder)],
+                           capture_output=True, text=True, timeout=120)
+    assert "note: " in human.stderr and "data.jsonl: not a Pi session" in human.stderr
+    assert "(2 not-session, 1 unchanged)" in human.stderr
+    listed = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "list", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert len(json.loads(listed.stdout)) == 1
+
+
+def test_a_lone_surrogate_session_id_is_stored_and_the_run_goes_on(store: SessionStore, tmp_path: Path) -> None:
+    """JSON allows "\\ud800" in the header id; UTF-8 cannot encode it: the id is stored as its
+    escape text, like entry ids, and looked up either way."""
+    data = SURROGATE_HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n"
+    folder = _folder(tmp_path, {"a.jsonl": data, "b.jsonl": HEADER + b"\n" + entry("bbbbbbbb", None) + b"\n"})
+    assert [(r.status, r.session_id) for r in store.import_path(folder)] == [
+        ("imported", "s-\\ud800"), ("imported", "019a0000-0000-7000-8000-00000000000a")]
+    assert store.open("s-\ud800").get_leaf_id() == "aaaaaaaa"
+    assert b"".join(store.iter_export("s-\ud800")) == data
+    assert [r.status for r in store.import_path(folder)] == ["unchanged"] * 2
+    v1 = _folder(tmp_path / "v1", {"v1.jsonl": SESSIONS["v1.jsonl"].replace(b'"v1-session"', b'"v\\udc00"')})
+    assert [r.status for r in store.import_path(v1)] == ["imported"]  # migration ids hash the id too
+
+
+def test_an_unexpected_error_fails_one_file_and_watch_goes_on(store: SessionStore, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever one file raises — here the OS, made to fail for that file only — is that file's
+    failed report; the run and ``sync --watch`` go on."""
+    folder = _folder(tmp_path, {"a-bad.jsonl": HEADER + b"\n", "b.jsonl": SURROGATE_HEADER + b"\n"})
+    real_fstat = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("a-bad.jsonl"):
+            raise RuntimeError("the disk said no")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    reports = list(import_paths(store, [folder]))
+    assert [r.status for r in reports] == ["failed", "imported"]
+    assert reports[0].error == f"{folder / '--w--' / 'a-bad.jsonl'}: unexpected RuntimeError (please report it): " \
+                               "the disk said no"
+    seen: list[str] = []
+    rounds: list[int] = []
+    watch(store, folder, interval=0, on_report=lambda r: seen.append(r.status),
+          stop=lambda: len(rounds) == 2, after_round=lambda: rounds.append(1))
+    assert seen == ["failed", "unchanged"]  # a failed file is not retried until it changes

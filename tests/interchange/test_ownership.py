@@ -1,0 +1,129 @@
+"""Who owns a session's history: the file it came from until the store writes to it, then the
+store. A file that changed after that is a conflict — its lines are never interleaved with the
+store's — settled only by an explicit ``prefer``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from store.db.engine import read_transaction, write_transaction
+from store.db.schema import entries, sessions
+from store.interchange.importing import ImportConflict, import_file
+from store.session_store import SessionStore
+from tests.interchange.test_oddities import HEADER, SID, entry
+from tests.interchange.test_round_trip import table_rows
+
+FILE = HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n" + entry("bbbbbbbb", "aaaaaaaa") + b"\n"
+PI_APPENDS = entry("cccccccc", "bbbbbbbb") + b"\n"  # the line Pi writes next
+
+
+def _session(store: SessionStore) -> dict:
+    with read_transaction(store.engine) as conn:
+        return dict(conn.execute(select(sessions).where(sessions.c.session_id == SID)).one()._mapping)
+
+
+def _write_through_the_store(store: SessionStore) -> None:
+    """An API append to the imported session. Until the lead's change sets ``diverged_seq`` on such
+    writes, the test sets it as that change will: the first row the store wrote."""
+    first_store_row = _session(store)["last_seq"] + 1
+    store.open(SID).append_message({"role": "user", "content": "written by the store", "timestamp": 5})
+    with write_transaction(store.engine) as conn:
+        conn.execute(update(sessions).where(sessions.c.session_id == SID).values(diverged_seq=first_store_row))
+
+
+@pytest.fixture
+def diverged(store: SessionStore, tmp_path: Path) -> tuple[SessionStore, Path]:
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    path = folder / "s.jsonl"
+    path.write_bytes(FILE)
+    assert import_file(store, path).status == "imported"
+    _write_through_the_store(store)
+    return store, path
+
+
+def test_pi_appends_after_the_store_wrote_is_a_conflict_nothing_interleaved(diverged) -> None:
+    store, path = diverged
+    before, exported = table_rows(store), b"".join(store.iter_export(SID))
+    assert exported.startswith(FILE) and b"written by the store" in exported[len(FILE):]
+    with path.open("ab") as out:  # Pi appends its next entry to the file
+        out.write(PI_APPENDS)
+    [report] = store.import_path(path.parent.parent)  # sync
+    assert report.status == "conflict"
+    assert "the store has written 1 row to this session after the file's line 3" in report.error
+    assert f"the file has {len(PI_APPENDS)} more bytes since it was imported" in report.error
+    assert table_rows(store) == before  # the store's rows untouched
+    assert b"".join(store.iter_export(SID)) == exported
+    with pytest.raises(ImportConflict, match="--prefer file"):
+        import_file(store, path)
+
+
+def test_an_unchanged_file_of_a_diverged_session_is_unchanged_and_says_so(diverged) -> None:
+    store, path = diverged
+    report = import_file(store, path)
+    assert report.status == "unchanged" and not report.imported
+    assert "the store has written 1 row" in report.note and "the file has not changed since" in report.note
+
+
+def test_prefer_store_keeps_the_history_and_leaves_the_file(diverged) -> None:
+    store, path = diverged
+    path.write_bytes(FILE + PI_APPENDS)
+    before, version = table_rows(store), _session(store)["row_version"]
+    report = import_file(store, path, prefer="store")
+    assert report.status == "kept-store" and "kept the stored history" in report.note
+    assert (table_rows(store), _session(store)["row_version"]) == (before, version)
+    assert path.read_bytes() == FILE + PI_APPENDS
+
+
+def test_prefer_file_replaces_the_history_with_the_file(diverged) -> None:
+    store, path = diverged
+    path.write_bytes(FILE + PI_APPENDS)
+    version = _session(store)["row_version"]
+    manager = store.open(SID)
+    report = import_file(store, path, prefer="file")
+    assert report.status == "replaced"
+    assert b"".join(store.iter_export(SID)) == FILE + PI_APPENDS
+    row = _session(store)
+    assert (row["diverged_seq"], row["row_version"]) == (None, version + 1)  # the file owns it again
+    assert import_file(store, path).status == "unchanged"
+    assert manager.get_leaf_id() != "cccccccc" and store.open(SID).get_leaf_id() == "cccccccc"
+
+
+def test_every_import_that_changes_a_session_counts_a_row_version(store: SessionStore, tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(FILE[:-1])  # an unfinished last line: the next import rebuilds
+    import_file(store, path)
+    versions = [_session(store)["row_version"]]
+    for data, status in ((FILE, "rebuilt"), (FILE + PI_APPENDS, "appended"), (FILE, "unchanged")):
+        path.write_bytes(data)
+        assert import_file(store, path).status == status
+        versions.append(_session(store)["row_version"])
+    path.write_bytes(HEADER + b"\n" + entry("dddddddd", None) + b"\n")
+    assert import_file(store, path, replace=True).status == "replaced"
+    versions.append(_session(store)["row_version"])
+    assert versions == [0, 1, 2, 2, 3]
+    with read_transaction(store.engine) as conn:
+        assert conn.execute(select(entries.c.entry_id).order_by(entries.c.seq)).scalars().all() == [SID, "dddddddd"]
+
+
+def test_cli_sync_conflict_then_prefer(diverged, db_url: str) -> None:
+    _, path = diverged
+    path.write_bytes(FILE + PI_APPENDS)
+    folder = str(path.parent.parent)
+
+    def sync(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "sync", folder, "--json", *more],
+                              capture_output=True, text=True, timeout=120)
+
+    conflict = sync()
+    assert conflict.returncode == 1 and json.loads(conflict.stdout.splitlines()[0])["status"] == "conflict"
+    kept = sync("--prefer", "store")
+    assert kept.returncode == 0 and json.loads(kept.stdout.splitlines()[0])["status"] == "kept-store"
+    replaced = sync("--prefer", "file")
+    assert replaced.returncode == 0 and json.loads(replaced.stdout.splitlines()[0])["status"] == "replaced"
