@@ -46,16 +46,11 @@ def test_a_kill_on_postgresql(scenario: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="the forked reading worker outlives a killed importer when the kill "
-                   "lands while it reads (test_reading_worker_dies_with_its_importer)")
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_kills_of_a_folder_import(engine: str) -> None:
     _assert_clean(_matrix(engine, ["import"], runs=2 if engine == "sqlite" else 1))
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the reading worker (store/interchange/reading.py) keeps "
-                   "its own copy of the pipe's reading end, so it never sees its parent die and blocks "
-                   "forever once the pipe is full")
 def test_reading_worker_dies_with_its_importer(tmp_path: Path) -> None:
     big = crash_matrix.big_session(tmp_path / "big.jsonl")
     crash_matrix.become_subreaper()
