@@ -48,8 +48,8 @@ def _common(command: Callable) -> Callable:
                            help="Settle a conflict with the stored session: store the file instead of it "
                                 "(file), or keep the stored history and leave the file alone (store).")(command)
     command = click.option("--keep-non-sessions", is_flag=True,
-                           help="Also store files that are not Pi sessions (no session header), as Pi "
-                                "never would.")(command)
+                           help="Also store files found in folders that are not Pi sessions (no session "
+                                "header), as Pi never would; a file named itself is always stored.")(command)
     return command
 
 
@@ -119,7 +119,7 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
     meter = _Progress(progress, total, len(files))
     store = current_store()
     with meter.running():
-        for report in import_paths(store, files, strict=strict, replace=replace, prefer=prefer,
+        for report in import_paths(store, paths, strict=strict, replace=replace, prefer=prefer,
                                    keep_non_sessions=keep_non_sessions, on_file=meter.on_file, progress=meter.bytes):
             summary.add(report)
             _print_report(report, as_json)
@@ -158,8 +158,8 @@ def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace:
 
     Importing the same bytes again changes nothing; a file that grew is read from where the
     last import stopped; a file rewritten in another way, or one whose session the store has
-    written to since, is a conflict (see --prefer). Files that are not Pi sessions are skipped
-    (not-session) unless --keep-non-sessions.
+    written to since, is a conflict (see --prefer). Files found in folders that are not Pi
+    sessions are skipped (not-session) unless --keep-non-sessions; a file named itself is stored.
     """
     _run_imports(list(paths), as_json=as_json, strict=strict, replace=replace, prefer=prefer,
                  keep_non_sessions=keep_non_sessions, progress=progress)

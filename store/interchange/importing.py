@@ -177,6 +177,8 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             _lock(conn, path, session_id)
             decided = _decide(conn, stream, size, source, session_id, prefer, head.header)
             report = ImportReport(str(path), session_id, decided.status, size=size, note=decided.note)
+            if head.header is None and report.note is None:
+                report.note = f"{path}: not a Pi session (Pi neither opens nor lists it); stored as asked"
             if decided.status == CONFLICT:
                 raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed "
                                      "(--prefer file stores the file instead, --prefer store keeps the stored "

@@ -131,12 +131,17 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
                  progress: Callable[[int], None] | None = None,
                  settle: float | None = None) -> Iterator[ImportReport]:
     """Import every file of :func:`session_files`, one report each. ``on_file(i, path)`` is
-    called before each; ``progress`` gets the bytes read."""
+    called before each; ``progress`` gets the bytes read. A file that is not a Pi session is
+    stored only when it was named itself (an explicit choice, like ``keep_non_sessions``), never
+    when it was merely found in a folder."""
+    paths = list(paths)
+    named = {os.path.realpath(path) for path in paths if not Path(path).is_dir()}
     for index, path in enumerate(session_files(paths)):
         if on_file is not None:
             on_file(index, path)
+        keep = keep_non_sessions or os.path.realpath(path) in named
         yield import_one(store, path, strict=strict, replace=replace, prefer=prefer,
-                         keep_non_sessions=keep_non_sessions, progress=progress, settle=settle)
+                         keep_non_sessions=keep, progress=progress, settle=settle)
 
 
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,

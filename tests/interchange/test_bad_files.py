@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,12 +60,26 @@ def test_junk_is_not_a_session_and_stores_nothing(store: SessionStore, tmp_path:
 
 def test_not_session_agrees_with_pi_on_every_fixture(tmp_path: Path) -> None:
     """Pi opens a file (or, for an empty one, writes a header into it) unless its first JSON line
-    is not a header; the store refuses exactly those and the empty file."""
+    is not a header; found in a folder, the store refuses exactly those and the empty file."""
     with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
         for case in load_fixture_cases(("sessions", "legacy")):
             refused = "not a valid pi session" in ((case.describe.get("openError") or {}).get("message") or "")
-            report = store.import_path(case.source_path)[0]
+            folder = tmp_path / case.name
+            folder.mkdir()
+            shutil.copyfile(case.source_path, folder / case.source_path.name)
+            report = store.import_path(folder)[0]
             assert (report.status == "not-session") == (refused or case.describe["inputBytes"] == 0), case.name
+
+
+def test_a_file_named_itself_is_stored_even_when_not_a_session(store: SessionStore, tmp_path: Path) -> None:
+    """Naming a file is the explicit choice: it is stored, byte for byte, with a note saying that
+    Pi neither opens nor lists it; the same file found in a folder is refused."""
+    folder = _folder(tmp_path, {"data.jsonl": JUNK["data.jsonl"][0]})
+    [found] = store.import_path(folder)
+    assert found.status == "not-session"
+    [named] = store.import_path(folder / "--w--" / "data.jsonl")
+    assert named.status == "imported" and "not a Pi session" in named.note
+    assert b"".join(store.iter_export(named.session_id)) == JUNK["data.jsonl"][0]
 
 
 def test_cli_reports_not_sessions_and_exits_0(tmp_path: Path) -> None:
