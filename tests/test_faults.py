@@ -55,6 +55,9 @@ def pi_store_process(db: str, *args: str, env: dict[str, str] | None = None) -> 
                           timeout=60, env={**os.environ, **(env or {})})
 
 
+NO_HITS = "no entries match"  # search's own line when nothing matched (an index not brought up to date finds less)
+
+
 def one_error_line(done: Run | subprocess.CompletedProcess[str]) -> str:
     """The single ``Error: ...`` line a failed command printed (and nothing else on stderr)."""
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
@@ -113,7 +116,7 @@ def test_full_disk_reads_answer_while_another_connection_is_open(tmpfs: Path) ->
             done = pi_store(url, *args)
             assert done.returncode == 0, done.stderr
             assert "Traceback" not in done.stderr
-            warnings = done.stderr.splitlines()
+            warnings = [line for line in done.stderr.splitlines() if not line.startswith(NO_HITS)]
             assert len(warnings) == 1 and warnings[0].startswith(STALE), done.stderr
             assert "disk full" in warnings[0]
         assert "1" in pi_store(url, "sql", "SELECT count(*) AS n FROM sessions").stdout.splitlines()[2]
@@ -155,7 +158,8 @@ def test_read_only_folder(tmpfs: Path) -> None:
     assert sid in pi_store(url, "list").stdout
     assert json.loads(pi_store(url, "inspect", sid).stdout)["sessionId"] == sid
     done = pi_store(url, "search", "the")
-    assert done.returncode == 0 and done.stderr.splitlines() == [done.stderr.splitlines()[0]]
+    warnings = [line for line in done.stderr.splitlines() if not line.startswith(NO_HITS)]
+    assert done.returncode == 0 and len(warnings) == 1
     assert done.stderr.startswith(STALE) and "readonly" in done.stderr
     assert pi_store(url, "export", sid).stdout_bytes == SESSION.read_bytes()
     for args in (["import", str(OTHER)], ["fts", "rebuild"], ["compact", sid, "--summarizer", "deterministic"]):

@@ -246,8 +246,7 @@ def verify_clean(url: str, cli: bool = True) -> None:
         from store.session_store import SessionStore
 
         with SessionStore.connect(url) as store:
-            bad = [f"{h.session_id}: {h.details[:4]}" for h in verify_all(store)
-                   if not h.ok and not h.to_json().get("diverged")]
+            bad = [f"{h.session_id}: {h.details[:4]}" for h in verify_all(store) if not h.ok]
         if bad:
             raise Failed("verify --all: " + "; ".join(bad))
         return
@@ -257,10 +256,12 @@ def verify_clean(url: str, cli: bool = True) -> None:
     if "Traceback" in stderr:
         raise Failed(f"verify --all printed a traceback: {stderr[-2500:]}")
     bad = []
-    for line in running.lines:
+    for line in running.lines:  # the database's health, one line per session, then a summary
         health = json.loads(line)
-        if not health["ok"] and not health.get("diverged"):
-            bad.append(f"{health['sessionId']}: {health['details'][:4]}")
+        if "database" in health and not health["database"]["ok"]:
+            bad.append(f"database: {health['database']['problems'][:4]}")
+        elif "sessionId" in health and not health["ok"]:  # ok: identical, diverged or api
+            bad.append(f"{health['sessionId']} ({health['verdict']}): {health['details'][:4]}")
     if bad or code not in (0, 1) or (code == 1 and not running.lines):
         raise Failed(f"verify --all (exit {code}): " + "; ".join(bad) + stderr[-500:])
 

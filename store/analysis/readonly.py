@@ -239,7 +239,7 @@ def _pg_timeout(cursor: Any, deadline: float | None) -> None:
     """``statement_timeout`` for the next statement: what is left until ``deadline``."""
     left_ms = 0 if deadline is None else int((deadline - time.monotonic()) * 1000)
     if deadline is not None and left_ms <= 0:
-        raise TimeoutError("deadline passed")
+        raise TimeoutError("statement timeout: the time limit passed between two fetches")
     cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(left_ms)])
 
 

@@ -182,7 +182,11 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                     context=context, opened=opened, keep=str(data.KEEP))
 
     def api_sessions(request: Request) -> Response:
-        return JSJSONResponse(data.list_sessions(store, data.ListQuery.from_params(request.query_params)))
+        """``list --json``'s list; the next page's cursor, if any, in the ``X-Next-Cursor`` header
+        (as the CLI prints it on stderr)."""
+        listing = data.list_sessions(store, data.ListQuery.from_params(request.query_params))
+        cursor = listing["nextCursor"]
+        return JSJSONResponse(listing["sessions"], headers={"X-Next-Cursor": cursor} if cursor else None)
 
     def api_session(request: Request) -> Response:
         params = request.query_params

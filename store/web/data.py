@@ -115,9 +115,9 @@ def _date_ms(value: str | None, name: str) -> int | None:
     return int(ms)
 
 
-def list_sessions(store: SessionStore, query: ListQuery) -> list | dict:
-    """``pi-store list --json`` for these options: a list, or with a limit ``{"sessions": [...],
-    "nextCursor": ...}``."""
+def list_sessions(store: SessionStore, query: ListQuery) -> dict:
+    """``{"sessions": <pi-store list --json for these options>, "nextCursor": <where the next
+    page starts, or None>}``."""
     options = {"sort": query.sort, "reverse": query.reverse, "cursor": query.cursor, "name": query.name,
                "model": query.model, "since_ms": _date_ms(query.since, "since"),
                "until_ms": _date_ms(query.until, "until"), "limit": None if query.limit is None else query.limit + 1}
@@ -127,7 +127,7 @@ def list_sessions(store: SessionStore, query: ListQuery) -> list | dict:
         infos = infos[:query.limit]
         next_cursor = infos[-1].cursor
     items = [info.to_json() for info in infos]
-    return items if query.limit is None else {"sessions": items, "nextCursor": next_cursor}
+    return {"sessions": items, "nextCursor": next_cursor}
 
 
 def session_models(store: SessionStore, session_ids: list[str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from store.db.engine import read_transaction
+from store.money import reported_cost
 from tests.analysis.conftest import History
 from tests.analysis.raw import pi_stats, raw_entries, raw_numbered
 from tests.oracle_support import CORPUS_DIR, load_fixture_cases
@@ -45,13 +46,15 @@ def test_history_holds_the_fixtures_and_the_corpus(history: History) -> None:
 
 def test_usage_and_message_counts_equal_the_raw_sums(history: History) -> None:
     """Stats and the views over every file against sums computed from the raw JSONL: counts and
-    token sums exactly, cost as the same double (Pi's own numbers: test_stats_oracle)."""
+    token sums exactly, cost as the raw sum rounded by the store's one rule (``store.money``; Pi's
+    own numbers: test_stats_oracle)."""
     overview = {row.id: row for row in rows(history, "SELECT * FROM sessions_overview")}
     ledger = by_session(history, "SELECT * FROM usage_ledger")
     messages = by_session(history, "SELECT session_id, role FROM messages")
     checked = 0
     for session_id, path in history.files.items():
         expected = pi_stats(raw_entries(path))
+        expected["cost"] = reported_cost(expected["cost"])  # the one number every surface reports
         stats = history.store.stats(session_id)
         got = {"userMessages": stats.user_messages, "assistantMessages": stats.assistant_messages,
                "toolCalls": stats.tool_calls, "toolResults": stats.tool_results,

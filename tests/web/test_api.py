@@ -30,9 +30,9 @@ def test_cursor_pages_cover_the_listing(served: Served) -> None:
     everything = [s["id"] for s in served.get("/api/sessions").json()]
     seen, cursor = [], None
     while True:
-        page = served.get("/api/sessions", params={"limit": 7, **({"cursor": cursor} if cursor else {})}).json()
-        seen += [s["id"] for s in page["sessions"]]
-        cursor = page["nextCursor"]
+        page = served.get("/api/sessions", params={"limit": 7, **({"cursor": cursor} if cursor else {})})
+        seen += [s["id"] for s in page.json()]
+        cursor = page.headers.get("x-next-cursor")
         if cursor is None:
             break
     assert seen == everything
