@@ -28,9 +28,11 @@ after ``--timeout`` seconds (a hang is a failure); one in ``--cli-every`` goes t
   sessions, entries and imports, and the sha256 of every session's export;
 * every other session's export is unchanged either way.
 
-A headerless file that gets stored is counted apart ("headerless stored", accepted for now: it is
-a known bug being fixed). Ends with ``fuzz-import: A accepted, R refused, F failures of N``;
-exit status 1 on any failure. Failing inputs are kept in ``--failures`` with a JSON note each.
+A headerless file that gets stored is counted apart ("headerless stored"): each case names its
+file, and import stores a file named itself even when it is not a Pi session (an explicit
+choice; only files found in folders are refused as ``not-session``). Ends with
+``fuzz-import: A accepted, R refused, F failures of N``; exit status 1 on any failure. Failing
+inputs are kept in ``--failures`` with a JSON note each.
 """
 
 from __future__ import annotations
@@ -684,7 +686,7 @@ class Campaign:
             headerless = sum(r.outcome == "headerless" for r in mine)
             seconds = sorted(r.seconds for r in mine)
             lines.append(f"  {engine}: {len(mine)} files; statuses {dict(sorted(statuses.items()))}; "
-                         f"{headerless} headerless stored (accepted for now); {sum(r.case.via_cli for r in mine)} "
+                         f"{headerless} headerless stored (named files are kept); {sum(r.case.via_cli for r in mine)} "
                          f"through the CLI; {sum(seconds):.1f} s, median {seconds[len(seconds) // 2]:.3f} s, "
                          f"slowest {seconds[-1]:.2f} s")
         return lines
