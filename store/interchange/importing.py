@@ -211,9 +211,6 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             else:
                 finish_session(conn, spk, read.header, read.summary, pi_valid=read.pi_valid,
                                mtime_ms=info.st_mtime * 1000, migrated_from=read.migrated_from, **origin)
-            if session is not None:  # new rows for a stored session: its history is the file's again
-                conn.execute(update(sessions).where(sessions.c.pk == spk).values(
-                    row_version=sessions.c.row_version + 1, diverged_seq=None))
             report.sha256, report.bytes = read.sha256, size - decided.start
             report.lines, report.entries = read.summary.rows, read.summary.entries
             report.pi_valid, report.migrated_from = read.pi_valid, read.migrated_from
