@@ -38,6 +38,7 @@ from store.tree_columns import (
 )
 
 CHUNK_ROWS = 2000
+_INT32 = (-(2**31), 2**31 - 1)  # the range of an INTEGER column on PostgreSQL
 _IN_LIST = 500  # ids per IN (...) list
 
 _RELINK = """UPDATE entries SET parent_seq = ?, depth = ?, run_start = ?, compaction_seq = ?, thinking_seq = ?,
@@ -253,7 +254,7 @@ def finish_session(conn: Connection, session_pk: int, head: dict | None, summary
     timestamp = head.get("timestamp", UNDEFINED)
     version = head.get("version")
     conn.execute(update(sessions).where(sessions.c.pk == session_pk).values(
-        version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+        version=_int32(version),
         cwd=_db_text(head.get("cwd")) or "",
         parent_session=_db_text(head.get("parentSession")),
         created=_db_text(timestamp),
@@ -309,6 +310,14 @@ def store_session_rows(conn: Connection, session_id: str, head: dict | None, row
 def _db_text(value: Any) -> str | None:
     """A string value as the ``sessions`` columns hold it (``db_text``; the line keeps the original)."""
     return db_text(value) if isinstance(value, str) else None
+
+
+def _int32(value: Any) -> int | None:
+    """An integer header field as a 32-bit INTEGER column holds it, else None (the header line
+    keeps any number as written; PostgreSQL refuses a larger one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and _INT32[0] <= value <= _INT32[1]:
+        return value
+    return None
 
 
 def _ms(value: float | None) -> int | None:

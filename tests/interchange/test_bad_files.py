@@ -137,3 +137,16 @@ def test_an_unexpected_error_fails_one_file_and_watch_goes_on(store: SessionStor
     watch(store, folder, interval=0, on_report=lambda r: seen.append(r.status),
           stop=lambda: len(rounds) == 2, after_round=lambda: rounds.append(1))
     assert seen == ["failed", "unchanged"]  # a failed file is not retried until it changes
+
+
+def test_a_header_version_beyond_32_bits_is_stored(store: SessionStore, tmp_path: Path) -> None:
+    """Found by tools/fuzz_import.py (seed 2026, case 1218, PostgreSQL): a header ``version`` of
+    9007199254740993 overflowed the ``sessions.version`` INTEGER column and failed the import.
+    The column leaves such a number out (NULL); the header line keeps it byte for byte."""
+    data = (b'{"type":"session","version":9007199254740993,"id":"big-version","timestamp":'
+            b'"2026-01-01T00:00:00.000Z","cwd":"/w"}\n' + entry("aaaaaaaa", None) + b"\n")
+    path = tmp_path / "big-version.jsonl"
+    path.write_bytes(data)
+    [report] = store.import_path(path)
+    assert report.status == "imported", report.error
+    assert b"".join(store.iter_export("big-version")) == data
