@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
+from store.db.faults import error_line
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import PREFER, ImportReport
@@ -29,7 +30,6 @@ from store.interchange.verifying import (
     DIVERGED,
     IDENTICAL,
     check_database,
-    error_message,
     session_ids,
     verify_session,
 )
@@ -276,7 +276,7 @@ def verify_command(session: str | None, everything: bool, full: bool, as_json: b
             ids = session_ids(store)
         except SQLAlchemyError as exc:
             ids = []
-            database.problems.append(f"the list of sessions cannot be read: {error_message(exc)}")
+            database.problems.append(f"the list of sessions cannot be read: {error_line(exc)}")
         if as_json:
             emit({"database": database.to_json()})
         else:

@@ -138,3 +138,12 @@ def with_summary(error: DBAPIError, summary: str) -> DBAPIError:
     new.args = error.args
     new.summary = summary
     return new
+
+
+def error_line(error: BaseException) -> str:
+    """What went wrong in one line, never the SQL or its parameters: an error's own summary (see
+    :func:`with_summary`), else the fault's reason (:func:`fault_reason`), else the first line of
+    what the driver said."""
+    if isinstance(error, Summarised):
+        return error.summary
+    return fault_reason(error) or _first_line(str(getattr(error, "orig", None) or error)) or type(error).__name__

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from store.db.faults import error_line
 from store.errors import StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
 from store.interchange.reading import StrictRefusal
@@ -110,7 +111,7 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         return ImportReport(str(path), None, REFUSED, error=str(exc))
     except (StoreError, OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:
         # the file's transaction rolled back: report it and go on with the next file
-        return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {exc}")
+        return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}")
     except Exception as exc:  # a bug: still only this file's failure (its transaction rolled back)
         return ImportReport(str(path), None, FAILED,
                             error=f"{path}: unexpected {type(exc).__name__} (please report it): {exc}")

@@ -36,6 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from store.bulk import rows_naming
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
+from store.db.faults import error_line
 from store.db.schema import entries, sessions
 from store.format import JsonLineError, js_parse, js_stringify
 from store.interchange.exporting import session_sha256
@@ -119,7 +120,7 @@ def verify_session(store: SessionStore, session_id: str) -> Health:
             return _verify(conn, queries.stored_session(conn, session_id))
     except DBAPIError as exc:
         health = Health(session_id)
-        health.damage.append(f"the database reports an error reading it: {error_message(exc)}")
+        health.damage.append(f"the database reports an error reading it: {error_line(exc)}")
         return health
 
 
@@ -294,7 +295,7 @@ def check_database(store: SessionStore, full: bool = False) -> DatabaseHealth:
         else:
             _check_postgresql(store.engine, health)
     except DBAPIError as exc:
-        health.problems.append(f"the check itself failed: {error_message(exc)}")
+        health.problems.append(f"the check itself failed: {error_line(exc)}")
     return health
 
 
@@ -321,7 +322,7 @@ def _check_sqlite(engine: Engine, full: bool, health: DatabaseHealth) -> None:
             try:
                 conn.exec_driver_sql("INSERT INTO entries_fts (entries_fts, rank) VALUES ('integrity-check', 0)")
             except DBAPIError as exc:
-                health.problems.append(f"full-text index entries_fts is damaged ({error_message(exc)}); "
+                health.problems.append(f"full-text index entries_fts is damaged ({error_line(exc)}); "
                                        "`pi-store fts rebuild` recreates it from the entries")
             finally:
                 transaction.rollback()
@@ -333,7 +334,7 @@ def _pragma_messages(engine: Engine, sql: str) -> list[str]:
         with read_transaction(engine) as conn:
             lines = [line for (message,) in conn.exec_driver_sql(sql) for line in str(message).splitlines()]
     except DBAPIError as exc:
-        return [f"stopped: {error_message(exc)}"]
+        return [f"stopped: {error_line(exc)}"]
     return [] if lines == ["ok"] else lines
 
 
@@ -351,7 +352,3 @@ def _check_postgresql(engine: Engine, health: DatabaseHealth) -> None:
     if failures:
         health.problems.append(f"{failures} data checksum failure(s) reported for this database")
 
-
-def error_message(exc: BaseException) -> str:
-    """The first line of what the database said."""
-    return str(getattr(exc, "orig", None) or exc).splitlines()[0]
