@@ -412,3 +412,43 @@ def test_claims_command_lists_and_releases(tmp_path: Path) -> None:
         with pytest.raises(SessionClaimed):  # the old holder stays fenced off after the release
             sm.append_custom_entry("late", {})
         store.open(session_id).append_custom_entry("anyone", {})
+
+
+def test_compact_then_pi_appends_then_sync_is_a_conflict_and_verify_says_diverged(tmp_path: Path) -> None:
+    """The tester's repro end to end through the real CLI: import a Pi file, `pi-store compact`
+    writes a compaction entry, Pi then appends a line to the file, `pi-store sync` reports a
+    conflict (nothing interleaved) and `verify --all` calls the session diverged, not FAILED."""
+    folder = tmp_path / "sessions" / "--work--"
+    folder.mkdir(parents=True)
+    source = FIXTURES / "sessions" / "medium-seed1-0.jsonl"
+    path = folder / source.name
+    path.write_bytes(source.read_bytes())
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, *args], capture_output=True,
+                              text=True, timeout=300)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    assert cli("sync", str(tmp_path / "sessions")).returncode == 0
+    with SessionStore.connect(db) as store:
+        [info] = store.list_all()
+        before = _row_count(store, info.id)
+    compacted = cli("compact", info.id, "--summarizer", "deterministic", "--keep-recent", "200")
+    assert compacted.returncode == 0 and json.loads(compacted.stdout)["compacted"], compacted.stdout
+    pi_line = (b'{"type":"custom","customType":"pi-wrote-this","data":{},"id":"f1f1f1f1","parentId":null,'
+               b'"timestamp":"2026-12-01T00:00:00.000Z"}\n')
+    with path.open("ab") as stream:  # Pi appends to the file it owns, unaware of the store's entry
+        stream.write(pi_line)
+    synced = cli("sync", str(tmp_path / "sessions"), "--json")
+    assert synced.returncode == 1
+    [report] = [json.loads(line) for line in synced.stdout.splitlines() if '"path"' in line]
+    assert report["status"] == "conflict" and "the store has written 1 row" in report["error"], report
+    with SessionStore.connect(db) as store:
+        assert _row_count(store, info.id) == before + 1  # the compaction, and not Pi's line
+        assert "pi-wrote-this" not in b"".join(store.iter_export(info.id)).decode("utf-8", "surrogateescape")
+    verified = cli("verify", "--all", "--json")
+    assert verified.returncode == 0, verified.stdout
+    verdicts = [json.loads(line) for line in verified.stdout.splitlines() if '"sessionId"' in line]
+    assert [v["verdict"] for v in verdicts] == ["diverged"] and verdicts[0]["addedRows"] == 1
