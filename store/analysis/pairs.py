@@ -50,12 +50,6 @@ def _positions() -> tuple[int, ...]:
                  ("session_pk", "seq", "kind", "type", "role", "timestamp", "facts", "search_text"))
 
 
-@functools.cache
-def _statements(dialect_name: str, paramstyle: str) -> tuple[str, str]:
-    fix = (lambda sql: sql) if paramstyle == "qmark" else (lambda sql: sql.replace("?", "%s"))
-    return fix(_INSERT), fix(_ANSWER)
-
-
 def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
     """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
     ``seq`` order per session) with each other and with the stored unanswered calls."""
@@ -102,11 +96,10 @@ def rebuild(conn: Connection) -> int:
 
 def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple]) -> None:
     """Insert the calls unanswered, then let the results (in seq order) answer them."""
-    insert, answer = _statements(dialect.name, dialect.paramstyle)
     if calls:
-        cursor.executemany(insert, calls)
+        cursor.executemany(writes.dbapi_sql(dialect, _INSERT), calls)
     if answers:
-        cursor.executemany(answer, answers)
+        cursor.executemany(writes.dbapi_sql(dialect, _ANSWER), answers)
 
 
 def _facts(facts: str | dict) -> dict:
