@@ -12,6 +12,12 @@ Nothing waits forever (settings in the environment, whole seconds):
   ``lock_timeout``;
 * ``PI_STORE_STATEMENT_TIMEOUT`` (default 0, none): PostgreSQL's ``statement_timeout``.
 
+A PostgreSQL server's connections (README "Servers"): the query options of :data:`STORE_OPTIONS`
+in the URL, or their environment variables, set the pool (``pool_size``, ``max_overflow``), the
+statement timeout, and ``pooler=transaction`` for a pooler in transaction mode (PgBouncer) in
+front of the server; ``application_name`` (libpq's own option, or ``$PGAPPNAME``) defaults to
+``pi-store``. The driver never sees this project's options.
+
 A fault an operator can act on (disk full, read-only, locked, corrupt, server unreachable) is
 raised as its usual SQLAlchemy class with a one-line message naming the database (password
 masked), see ``store.db.faults``. ``make_engine(url, read_only=...)`` opens a SQLite file
@@ -48,12 +54,13 @@ ReadOnly = Literal["ro", "immutable"]
 
 
 class BadSetting(StoreError):
-    """An environment setting that is not what it must be."""
+    """A setting (an environment variable, a URL option of this project) that is not what it must be."""
 
 
-def _seconds(name: str, default: float) -> float:
-    """The whole seconds in ``$name`` (``default`` when unset); 0 means no limit."""
-    value = os.environ.get(name, "").strip()
+def _seconds(name: str, default: float, value: str | None = None) -> float:
+    """The seconds of the setting ``name``: ``value``, else ``$name`` (``default`` when unset); 0
+    means no limit."""
+    value = (os.environ.get(name, "") if value is None else value).strip()
     if not value:
         return default
     try:
@@ -76,9 +83,57 @@ def lock_timeout_ms() -> int:
     return round(_seconds("PI_STORE_LOCK_TIMEOUT", BUSY_TIMEOUT_MS / 1000) * 1000)
 
 
-def statement_timeout_ms() -> int:
-    """``$PI_STORE_STATEMENT_TIMEOUT`` in ms (default 0: no limit; PostgreSQL only)."""
-    return round(_seconds("PI_STORE_STATEMENT_TIMEOUT", 0) * 1000)
+def statement_timeout_ms(url: URL | None = None) -> int:
+    """The URL's ``statement_timeout`` option, else ``$PI_STORE_STATEMENT_TIMEOUT``, in ms
+    (default 0: no limit; PostgreSQL only)."""
+    name, value = store_setting(url, "statement_timeout")
+    return round(_seconds(name, 0, value) * 1000)
+
+
+# ------------------------------------------------------------------ server settings (PostgreSQL)
+# query options of a PostgreSQL URL that are this project's settings, not libpq's, with the
+# environment variable each falls back to; make_engine takes them out before the driver connects
+STORE_OPTIONS = {"pool_size": "PI_STORE_POOL_SIZE", "max_overflow": "PI_STORE_MAX_OVERFLOW",
+                 "pooler": "PI_STORE_POOLER", "statement_timeout": "PI_STORE_STATEMENT_TIMEOUT"}
+POOLERS = ("none", "transaction")
+APPLICATION_NAME = "pi-store"
+# behind a transaction pooler the timeouts hold for one transaction: the first statement of each
+_LOCAL_TIMEOUTS = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
+_LOCAL = "pi_store_local_timeouts"
+
+
+def store_setting(url: URL | None, option: str) -> tuple[str, str | None]:
+    """A setting of :data:`STORE_OPTIONS`: the name an error message gives it (the URL's query
+    option, else its environment variable) and its text (None: unset)."""
+    if url is not None and option in url.query:
+        value = url.query[option]
+        return f"the URL option {option}", value[-1] if isinstance(value, tuple) else value
+    name = STORE_OPTIONS[option]
+    return name, os.environ.get(name, "").strip() or None
+
+
+def _count(url: URL, option: str, default: int, minimum: int) -> int:
+    name, value = store_setting(url, option)
+    if value is None:
+        return default
+    if not (value.strip().isdigit() and int(value) >= minimum):
+        raise BadSetting(f"{name} must be a whole number of at least {minimum}, not {value!r}")
+    return int(value)
+
+
+def pool_options(url: URL) -> dict[str, int]:
+    """``pool_size`` (connections kept open, default 5) and ``max_overflow`` (more opened while
+    all are in use, closed when returned, default 10) for the engine's pool."""
+    return {"pool_size": _count(url, "pool_size", 5, 1), "max_overflow": _count(url, "max_overflow", 10, 0)}
+
+
+def behind_pooler(url: URL) -> bool:
+    """Whether a pooler in transaction mode sits between the store and the server
+    (``pooler=transaction``): no state may then outlive a transaction, see :func:`_postgres_args`."""
+    name, value = store_setting(url, "pooler")
+    if value is not None and value not in POOLERS:
+        raise BadSetting(f"{name} must be one of {', '.join(POOLERS)}, not {value!r}")
+    return value == "transaction"
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -165,18 +220,65 @@ def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
         )
         _configure_sqlite(engine, memory, read_only is not None, lock_ms)
     else:
-        engine = create_engine(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms))
+        engine = create_engine(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms),
+                               **pool_options(parsed))
+        _configure_postgres(engine, parsed, lock_ms)
     _summarise_faults(engine)
     return engine
 
 
 def _postgres_args(url: URL, lock_ms: int) -> dict[str, Any]:
-    """psycopg connection arguments: the connect timeout, and the lock and statement timeouts as
-    session defaults (after any ``options`` the URL gives)."""
-    settings = f"-c lock_timeout={lock_ms} -c statement_timeout={statement_timeout_ms()}"
+    """psycopg connection arguments: the connect timeout, ``application_name`` (unless the URL or
+    ``$PGAPPNAME`` names one), and the lock and statement timeouts as session defaults (after any
+    ``options`` the URL gives).
+
+    Behind a transaction pooler consecutive transactions may run on different server connections
+    and other clients' transactions on this one: no ``options`` (PgBouncer refuses the startup
+    parameter, and would share the settings), the timeouts set per transaction instead
+    (:func:`_configure_postgres`), and no server-side prepared statements (psycopg prepares a
+    statement from its fifth run on a connection, on the server connection that run had: another
+    one has no such statement, or another client's under the same name).
+    """
+    args: dict[str, Any] = {"connect_timeout": connect_timeout_s()}
+    if "application_name" not in url.query and not os.environ.get("PGAPPNAME"):
+        args["application_name"] = APPLICATION_NAME
+    if behind_pooler(url):
+        return {**args, "prepare_threshold": None}
+    settings = f"-c lock_timeout={lock_ms} -c statement_timeout={statement_timeout_ms(url)}"
     given = url.query.get("options")
     given = " ".join(given) if isinstance(given, tuple) else given
-    return {"connect_timeout": connect_timeout_s(), "options": f"{given} {settings}" if given else settings}
+    return {**args, "options": f"{given} {settings}" if given else settings}
+
+
+def _configure_postgres(engine: Engine, url: URL, lock_ms: int) -> None:
+    """This project's URL options never reach the driver; behind a transaction pooler every
+    transaction starts by setting its timeouts (``set_config(..., true)``: for this transaction
+    only), SQLAlchemy's on ``begin`` and :func:`driver_write_transaction`'s through the setting
+    kept in the pooled connection's ``info``."""
+    local = (str(lock_ms), str(statement_timeout_ms(url))) if behind_pooler(url) else None
+
+    @event.listens_for(engine, "do_connect")
+    def _on_do_connect(_dialect: Any, record: Any, _cargs: list, cparams: dict) -> None:
+        for option in STORE_OPTIONS:
+            cparams.pop(option, None)
+        if local is not None:
+            record.info[_LOCAL] = local
+
+    if local is not None:
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql(_LOCAL_TIMEOUTS, local)
+
+
+def driver_connect(engine: Engine) -> Any:
+    """A PostgreSQL driver connection of its own, outside the engine's pool, with the settings
+    :func:`make_engine` gives the pool's; behind a transaction pooler the caller sets any timeout
+    it needs in its transaction."""
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    for option in STORE_OPTIONS:
+        cparams.pop(option, None)
+    cparams.update(_postgres_args(engine.url, lock_timeout_ms()))
+    return engine.dialect.connect(*cargs, **cparams)
 
 
 def _summarise_faults(engine: Engine) -> None:
@@ -248,6 +350,8 @@ def driver_write_transaction(engine: Engine) -> Iterator[Any]:
         if engine.dialect.name == "sqlite":  # psycopg opens its transaction on the first statement
             _begin_immediate(engine, pooled.driver_connection)
         try:
+            if local := pooled.info.get(_LOCAL):  # behind a transaction pooler, see _configure_postgres
+                pooled.driver_connection.execute(_LOCAL_TIMEOUTS, local)
             yield pooled
         except BaseException:
             pooled.rollback()

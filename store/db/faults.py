@@ -110,7 +110,10 @@ def fault_reason(error: BaseException, *, connecting: bool = False, connect_time
         if connecting or (sqlstate is None and type(driver).__name__ == "OperationalError"):  # lost server
             message = re.sub(r"^connection failed: ", "", message)
             message = re.sub(r'^connection to server at "[^"]*"(?:, port \d+)? failed: ', "", message)
-            return re.sub(r"^FATAL:\s+", "", message)
+            message = re.sub(r"^FATAL:\s+", "", message)
+            if "unsupported startup parameter: options" in message:  # how PgBouncer refuses them
+                message += " (a pooler in transaction mode? add pooler=transaction to the URL: README, Servers)"
+            return message
     return None
 
 

@@ -1,0 +1,118 @@
+"""A PostgreSQL server's connection settings (README "Servers"): the pool, the statement timeout,
+``application_name`` and ``pooler``, as URL query options or environment variables, read by
+``make_engine`` and never passed to the driver; on the real server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from store.db.engine import BadSetting, make_engine
+from store.session_store import SessionStore
+from tests.conftest import scratch_pg_database
+
+SHOW = (
+    "SELECT current_setting('application_name'), current_setting('statement_timeout'), current_setting('lock_timeout')"
+)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_pg_database("pi_store_settings") as url:
+        yield url
+
+
+def with_query(url: str, **options: str) -> str:
+    return make_url(url).update_query_dict(options).render_as_string(hide_password=False)
+
+
+def settings_of(url: str) -> tuple:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text(SHOW)).one()
+    finally:
+        engine.dispose()
+
+
+def test_defaults(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    engine = make_engine(pg_url)
+    assert (engine.pool.size(), engine.pool._max_overflow) == (5, 10)  # SQLAlchemy's
+    engine.dispose()
+    assert settings_of(pg_url) == ("pi-store", "0", "30s")
+
+
+def test_url_options(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PI_STORE_POOL_SIZE", "9")  # the URL's option wins over the variable
+    url = with_query(pg_url, pool_size="3", max_overflow="0", statement_timeout="4", application_name="agent-host")
+    engine = make_engine(url)
+    assert (engine.pool.size(), engine.pool._max_overflow) == (3, 0)
+    assert engine.url == make_url(url)  # kept whole: a viewer or worker made from it gets the same settings
+    engine.dispose()
+    assert settings_of(url) == ("agent-host", "4s", "30s")
+
+
+def test_environment(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PI_STORE_POOL_SIZE", "2")
+    monkeypatch.setenv("PI_STORE_MAX_OVERFLOW", "1")
+    monkeypatch.setenv("PI_STORE_STATEMENT_TIMEOUT", "7")
+    monkeypatch.setenv("PGAPPNAME", "from-libpq")
+    engine = make_engine(pg_url)
+    assert (engine.pool.size(), engine.pool._max_overflow) == (2, 1)
+    engine.dispose()
+    assert settings_of(pg_url) == ("from-libpq", "7s", "30s")
+
+
+def test_pooler_option_sets_timeouts_per_transaction(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Straight to the server as well: ``pooler=transaction`` only changes how settings are made."""
+    monkeypatch.setenv("PI_STORE_POOLER", "transaction")
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "3")
+    engine = make_engine(with_query(pg_url, statement_timeout="5"))
+    with engine.connect() as conn:
+        assert conn.connection.driver_connection.prepare_threshold is None
+        for _ in range(2):
+            assert conn.execute(text(SHOW)).one() == ("pi-store", "5s", "3s")
+            conn.commit()
+        # session defaults untouched: a transaction set them, the next server client gets its own
+        assert conn.execute(text("SELECT reset_val FROM pg_settings WHERE name = 'lock_timeout'")).scalar() == "0"
+    engine.dispose()
+    with SessionStore.connect(with_query(pg_url, pooler="none")) as store, store.engine.connect() as conn:
+        assert conn.connection.driver_connection.prepare_threshold == 5  # psycopg's default
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("pool_size", "0", "the URL option pool_size must be a whole number of at least 1, not '0'"),
+        ("max_overflow", "-1", "the URL option max_overflow must be a whole number of at least 0, not '-1'"),
+        ("pooler", "session", "the URL option pooler must be one of none, transaction, not 'session'"),
+        (
+            "statement_timeout",
+            "soon",
+            "the URL option statement_timeout must be a number of seconds (0: no limit), not 'soon'",
+        ),
+    ],
+)
+def test_bad_values_are_refused(pg_url: str, option: str, value: str, message: str) -> None:
+    with pytest.raises(BadSetting) as caught:
+        make_engine(with_query(pg_url, **{option: value}))
+    assert str(caught.value) == message
+
+
+def test_bad_variable_through_the_cli(pg_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "store.cli", "--db", pg_url, "list"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PI_STORE_POOL_SIZE": "many"},
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr == "Error: PI_STORE_POOL_SIZE must be a whole number of at least 1, not 'many'\n"
