@@ -32,7 +32,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, TextIO
@@ -40,7 +40,7 @@ from typing import Any, TextIO
 from sqlalchemy import Engine
 
 from store.analysis import fts
-from store.db.engine import is_sqlite
+from store.db.engine import driver_connect, is_sqlite
 from store.errors import StoreError
 from store.format import js_stringify
 
@@ -191,8 +191,7 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
                    failure: Callable[[Exception], QueryFailed]) -> Iterator[Rows]:
     import psycopg
 
-    cargs, cparams = engine.dialect.create_connect_args(engine.url)
-    conn: psycopg.Connection = engine.dialect.connect(*cargs, **cparams)
+    conn: psycopg.Connection = driver_connect(engine)
     try:
         conn.autocommit = True  # the transaction below is ours, as written
         cursor = conn.cursor()
@@ -232,7 +231,9 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
 
         yield Rows(names, batches(), failure)
     finally:
-        conn.close()  # ends the transaction: nothing was written, nothing stays
+        with suppress(psycopg.Error):  # ended here, not by closing: a pooler can reuse its server connection
+            conn.execute("ROLLBACK")
+        conn.close()  # nothing was written, nothing stays
 
 
 def _pg_timeout(cursor: Any, deadline: float | None) -> None:

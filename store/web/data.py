@@ -48,18 +48,17 @@ class EntryNotFound(StoreError):
 
 def readonly_engine(url: str) -> Engine:
     """An engine on ``url`` whose connections cannot write: SQLite's ``query_only`` pragma,
-    PostgreSQL's read-only session default. The viewer's guarantee, whatever its code does."""
+    PostgreSQL transactions begun ``READ ONLY`` by psycopg (the driver connection's setting, not
+    the server session's: behind a transaction pooler a session default would outlive the
+    transaction and reach other clients). The viewer's guarantee, whatever its code does."""
     engine = make_engine(url)
 
     @event.listens_for(engine, "connect")
     def _read_only(dbapi_conn: Any, _record: Any) -> None:
-        cursor = dbapi_conn.cursor()
         if engine.dialect.name == "sqlite":
-            cursor.execute("PRAGMA query_only=ON")
+            dbapi_conn.execute("PRAGMA query_only=ON")
         else:
-            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            dbapi_conn.commit()
-        cursor.close()
+            dbapi_conn.read_only = True
 
     return engine
 
