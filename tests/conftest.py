@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -22,6 +23,7 @@ from store.session_store import SessionStore
 
 PG_URL = os.environ.get("PI_STORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _pg_state: dict[str, str | None] = {}
+_loud_skips: dict[str, str] = {}  # what was skipped (in capitals at the end of the run) -> why
 
 
 class Clock:
@@ -96,10 +98,20 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         admin.dispose()
 
 
+def skip_loudly(what: str, reason: str) -> NoReturn:
+    """Skip the calling test, and say at the end of the run, in capitals, that ``what`` was
+    skipped and why (as for an unreachable PostgreSQL server)."""
+    _loud_skips[what] = reason
+    pytest.skip(reason)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if _pg_state.get("skip"):
         terminalreporter.write_sep("!", "POSTGRESQL TESTS WERE SKIPPED", red=True, bold=True)
         terminalreporter.write_line(_pg_state["skip"], red=True)
+    for what, reason in _loud_skips.items():
+        terminalreporter.write_sep("!", f"{what.upper()} WERE SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(reason, red=True)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
