@@ -66,6 +66,9 @@ Environment:
   PI_STORE_CONNECT_TIMEOUT    seconds to wait for a PostgreSQL server (default 10, at least 2; 0: no limit)
   PI_STORE_LOCK_TIMEOUT       seconds to wait for a lock held by another writer (default 30)
   PI_STORE_STATEMENT_TIMEOUT  seconds a PostgreSQL statement may run (default 0: no limit)
+  PI_STORE_POOL_SIZE, PI_STORE_MAX_OVERFLOW
+                              PostgreSQL connections kept open (default 5) and opened beyond them (10)
+  PI_STORE_POOLER=transaction a pooler in transaction mode (PgBouncer) is in front of PostgreSQL
   PI_STORE_DEBUG=1            show the traceback of an unexpected error
   PI_STORE_SUMMARY_BASE_URL, PI_STORE_SUMMARY_MODEL, PI_STORE_SUMMARY_API_KEY
                               the OpenAI-compatible server `compact` summarises with
