@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-PGBOUNCER = os.environ.get("PI_STORE_TEST_PGBOUNCER") or shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"  # Debian puts it in /usr/sbin
 START_TIMEOUT_S = 15
 
 
