@@ -71,8 +71,24 @@ class _OnTheLoop:
 
 
 async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` (synchronous store code) with its driver calls awaited."""
-    return await greenlet_spawn(fn, *args, **kwargs)
+    """``fn(*args, **kwargs)`` (synchronous store code) with its driver calls awaited.
+
+    A cancellation that arrives while the call runs is delivered once the call has finished: a
+    call's database work is never cut off in the middle, where a commit may have been sent but
+    the manager would not know it (its leaf and version would then disagree with the store, and
+    its next write would fail with ``SessionChanged``)."""
+    call = asyncio.ensure_future(greenlet_spawn(fn, *args, **kwargs))
+    cancelled: asyncio.CancelledError | None = None
+    while not call.done():
+        try:
+            await asyncio.wait((call,))  # unlike awaiting the task itself, cancelling this leaves it running
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        if not call.cancelled():
+            call.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return call.result()
 
 
 class AsyncSessionStore:
