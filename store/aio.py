@@ -25,7 +25,7 @@ import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
@@ -78,17 +78,18 @@ async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     the manager would not know it (its leaf and version would then disagree with the store, and
     its next write would fail with ``SessionChanged``)."""
     call = asyncio.ensure_future(greenlet_spawn(fn, *args, **kwargs))
-    cancelled: asyncio.CancelledError | None = None
-    while not call.done():
-        try:
-            await asyncio.wait((call,))  # unlike awaiting the task itself, cancelling this leaves it running
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    if cancelled is not None:
-        if not call.cancelled():
-            call.exception()  # retrieved: the cancellation is what the caller gets
-        raise cancelled
-    return call.result()
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError as exc:
+        if call.done():  # the call itself was cancelled, not the caller
+            raise
+        cancelled = exc
+    while not call.done():  # the caller was: let the call finish, however often it is cancelled again
+        with suppress(asyncio.CancelledError):
+            await asyncio.wait((call,))
+    if not call.cancelled():
+        call.exception()  # retrieved: the cancellation is what the caller gets
+    raise cancelled
 
 
 class AsyncSessionStore:
