@@ -19,8 +19,11 @@ from store.errors import SessionChanged, SessionClaimed
 from store.format import js_parse
 from store.services import CompactionSettings, DeterministicSummarizer, SummaryResponse
 from store.session_store import SessionStore
+from tests.apidiff.generate import generate, generator_engine
+from tests.apidiff.pi import run_on_pi
 from tests.apidiff.script import Outcome, first_difference, parse_script, run_script_async
 from tests.conftest import Clock
+from tests.oracle_support import ORACLE_SKIP_REASON, oracle_available
 
 pytestmark = pytest.mark.anyio
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -330,3 +333,17 @@ async def test_committed_scripts_through_the_async_api_give_pis_outcome(async_en
         if (diff := first_difference(pi, await run_script_async(async_engine, script), script))
     ]
     assert not differences, f"{len(differences)}/{len(cases)} differ:\n" + "\n".join(differences[:5])
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(not oracle_available(), reason=ORACLE_SKIP_REASON)
+async def test_fresh_random_scripts_through_the_async_api_on_the_live_pi(async_engine: AsyncEngine) -> None:
+    gen = generator_engine()
+    scripts = [generate(seed, 20, 120, gen) for seed in range(910_001, 910_005)]
+    outcomes = await asyncio.to_thread(run_on_pi, scripts)
+    differences = [
+        f"{script['name']}: {diff}"
+        for script, pi in zip(scripts, outcomes, strict=True)
+        if (diff := first_difference(pi, await run_script_async(async_engine, script), script))
+    ]
+    assert not differences, "\n".join(differences)
