@@ -13,7 +13,8 @@ claims, the single-append fast path) exist once, in the synchronous code, which 
 sends through the driver suspends the calling task instead of blocking the event loop, and a
 call checks out a pooled connection exactly as the synchronous one does.
 
-One :class:`AsyncSessionStore` may be shared by any number of tasks on its event loop; a manager
+One :class:`AsyncSessionStore` may be shared by any number of tasks on the event loop it was
+connected on (its pooled connections belong to that loop); a manager
 belongs to one task at a time (its leaf and an open ``batch`` are its own). Reading and writing
 session files (``import_file``, ``export_jsonl``) and the private in-memory database of a
 session that holds no message yet are local work that runs on the loop's thread.
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from store.analysis.stats import SessionStats
     from store.interchange.importing import ImportReport
     from store.ownership import Claim
-    from store.retention import DeleteReport
+    from store.retention import DeleteReport, PruneReport, RetentionPolicy
     from store.tree import TreeNode
 
 T = TypeVar("T")
@@ -167,6 +168,10 @@ class AsyncSessionStore:
     async def delete(self, session_ids: str | Iterable[str], **options: Any) -> DeleteReport:
         return await _run(self.sync.delete, session_ids, **options)
 
+    async def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True) -> PruneReport:
+        """``SessionStore.prune`` (a dry run unless ``apply``; an applied prune on SQLite ends with VACUUM)."""
+        return await _run(self.sync.prune, policy, apply, vacuum=vacuum)
+
     # ------------------------------------------------------------------ claims
     async def claim(self, session_id: str, owner: str, ttl_ms: int | None = 60_000, *, force: bool = False) -> Claim:
         return await _run(self.sync.claim, session_id, owner, ttl_ms, force=force)
@@ -183,6 +188,10 @@ class AsyncSessionStore:
 
     async def import_file(self, path: str | os.PathLike, **options: Any) -> ImportReport:
         return await _run(self.sync.import_file, path, **options)
+
+    async def import_path(self, *paths: str | os.PathLike, **options: Any) -> list[ImportReport]:
+        """Session files, or every ``*.jsonl`` below folders: one report per file (``SessionStore.import_path``)."""
+        return await _run(self.sync.import_path, *paths, **options)
 
     async def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
         return await _run(self.sync.export_jsonl, session_id, path, as_migrated)

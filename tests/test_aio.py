@@ -17,6 +17,7 @@ from store.aio import AsyncSessionManager, AsyncSessionStore
 from store.db.engine import ensure_schema, make_async_engine
 from store.errors import SessionChanged, SessionClaimed
 from store.format import js_parse
+from store.retention import RetentionPolicy
 from store.services import CompactionSettings, DeterministicSummarizer, SummaryResponse
 from store.session_store import SessionStore
 from tests.apidiff.generate import generate, generator_engine
@@ -169,6 +170,23 @@ async def test_import_then_export_is_byte_identical(astore: AsyncSessionStore, t
     assert out.read_bytes() == source.read_bytes() and written == len(source.read_bytes())
     assert b"".join([chunk async for chunk in astore.iter_export(session_id)]) == source.read_bytes()
     assert (await astore.import_file(source)).status == "unchanged"
+
+
+async def test_import_path_delete_and_prune(astore: AsyncSessionStore, tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for name in ("small-seed1-0.jsonl", "small-seed2-0.jsonl"):
+        (folder / name).write_bytes((SESSIONS / name).read_bytes())
+    reports = await astore.import_path(folder)
+    assert [r.status for r in reports] == ["imported", "imported"]
+    dry = await astore.prune(RetentionPolicy(0), apply=False)
+    assert dry.sessions_seen == 2 and not dry.applied
+    applied = await astore.prune(RetentionPolicy(0), apply=True)  # on SQLite: VACUUM through aiosqlite
+    assert applied.applied and applied.removed.rows == dry.removed.rows
+    assert (applied.vacuum is not None) == (astore.engine.dialect.name == "sqlite")
+    deleted = await astore.delete(reports[0].session_id)
+    assert deleted.session_ids == [reports[0].session_id]
+    assert [info.id for info in await astore.list_all()] == [reports[1].session_id]
 
 
 class SlowSummarizer:
