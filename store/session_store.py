@@ -71,9 +71,10 @@ class SessionStore:
     def connect(cls, url: str | None = None, clock: Callable[[], float] | None = None,
                 ids: new_entries.IdSource | None = None) -> SessionStore:
         """Open (and on first use create or upgrade) the database at ``url``, a URL or a SQLite
-        file path (default: see :func:`store.db.engine.default_url`). ``clock`` returns ms since the epoch and ``ids``
-        the new ids (see :data:`store.new_entries.IdSource`); both default to the real ones and
-        exist so that a run can be repeated exactly (tests, the differential against Pi)."""
+        file path (default: see :func:`store.db.engine.default_url`). ``clock`` returns ms since
+        the epoch and ``ids`` the new ids (see :data:`store.new_entries.IdSource`); both default to
+        the real ones and exist so that a run can be repeated exactly (tests, the differential
+        against Pi)."""
         from store.db.engine import ensure_schema
 
         engine = make_engine(resolve_url(url) if url else default_url())
