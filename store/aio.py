@@ -14,10 +14,11 @@ sends through the driver suspends the calling task instead of blocking the event
 call checks out a pooled connection exactly as the synchronous one does.
 
 One :class:`AsyncSessionStore` may be shared by any number of tasks on the event loop it was
-connected on (its pooled connections belong to that loop); a manager
-belongs to one task at a time (its leaf and an open ``batch`` are its own). Reading and writing
-session files (``import_file``, ``export_jsonl``) and the private in-memory database of a
-session that holds no message yet are local work that runs on the loop's thread.
+connected on (its pooled connections belong to that loop); a manager belongs to one task at a
+time (its leaf and an open ``batch`` are its own). Reading and writing session files
+(``import_file``, ``export_jsonl``) and the private in-memory database of a session that holds
+no message yet are local work that runs on the loop's thread. A cancelled call finishes its
+database work first (see ``_run``).
 """
 
 from __future__ import annotations
