@@ -95,7 +95,9 @@ async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class AsyncSessionStore:
-    """Many sessions in one database, awaitable (see the module docstring)."""
+    """Many sessions in one database, awaitable (see the module docstring). ``sync`` is the
+    :class:`SessionStore` doing the work, on the async driver: called directly, outside this
+    class, its methods raise ``MissingGreenlet``."""
 
     def __init__(
         self, engine: AsyncEngine, clock: Callable[[], float] | None = None, ids: new_entries.IdSource | None = None
@@ -208,7 +210,8 @@ class AsyncSessionStore:
 
 
 class AsyncSessionManager:
-    """One session, awaitable: the operations of :class:`~store.manager.SessionManager`."""
+    """One session, awaitable: the operations of :class:`~store.manager.SessionManager`
+    (``sync``, which does the work)."""
 
     def __init__(self, store: AsyncSessionStore, manager: SessionManager) -> None:
         self.store = store
