@@ -457,7 +457,7 @@ def compact_sqlite(engine: Engine) -> Vacuum:
     before = _file_bytes(path)
     pooled = engine.raw_connection()
     try:
-        driver = pooled.driver_connection  # autocommit (isolation_level None): VACUUM needs no transaction
+        driver = pooled.dbapi_connection  # autocommit (isolation_level None): VACUUM needs no transaction
         driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         driver.execute("VACUUM")
         driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from store import new_entries
 from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
 from store.db import queries
-from store.db.engine import default_url, make_engine, read_transaction, write_transaction
+from store.db.engine import default_url, make_engine, read_transaction, resolve_url, write_transaction
 from store.db.schema import sessions
 from store.format.jsdate import js_iso
 
@@ -70,13 +70,14 @@ class SessionStore:
     @classmethod
     def connect(cls, url: str | None = None, clock: Callable[[], float] | None = None,
                 ids: new_entries.IdSource | None = None) -> SessionStore:
-        """Open (and on first use create or upgrade) the database at ``url`` (default: see
-        :func:`store.db.engine.default_url`). ``clock`` returns ms since the epoch and ``ids``
-        the new ids (see :data:`store.new_entries.IdSource`); both default to the real ones and
-        exist so that a run can be repeated exactly (tests, the differential against Pi)."""
+        """Open (and on first use create or upgrade) the database at ``url``, a URL or a SQLite
+        file path (default: see :func:`store.db.engine.default_url`). ``clock`` returns ms since
+        the epoch and ``ids`` the new ids (see :data:`store.new_entries.IdSource`); both default to
+        the real ones and exist so that a run can be repeated exactly (tests, the differential
+        against Pi)."""
         from store.db.engine import ensure_schema
 
-        engine = make_engine(url or default_url())
+        engine = make_engine(resolve_url(url) if url else default_url())
         ensure_schema(engine)
         return cls(engine, clock, ids)
 

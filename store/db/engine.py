@@ -32,10 +32,10 @@ import os
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, ExceptionContext, make_url
@@ -44,6 +44,9 @@ from sqlalchemy.pool import StaticPool
 
 from store.db.faults import fault_reason, masked_url, with_summary
 from store.errors import StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (PI_STORE_LOCK_TIMEOUT)
 CONNECT_TIMEOUT_S = 10
@@ -201,7 +204,25 @@ def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
     ``read_only`` (SQLite files only): open the file without writing to it, see
     :func:`sqlite_read_only_uri`; every write then fails with "attempt to write a readonly database".
     """
+    return _build_engine(normalize_url(url), create_engine, read_only)
+
+
+ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg_async"}
+
+
+def make_async_engine(url: str | URL) -> AsyncEngine:
+    """:func:`make_engine`'s engine on SQLAlchemy's asyncio extension (``aiosqlite``, psycopg's
+    async connection): the same settings, pragmas and event handlers, registered on its
+    ``sync_engine`` — the engine every function of this package is given (``store.aio``)."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     parsed = normalize_url(url)
+    return _build_engine(parsed.set(drivername=ASYNC_DRIVERS[parsed.get_backend_name()]), create_async_engine)
+
+
+def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly | None = None) -> Any:
+    """The engine ``create`` (``create_engine`` or ``create_async_engine``) makes of ``parsed``,
+    with this project's settings (see :func:`make_engine`)."""
     lock_ms = lock_timeout_ms()
     if parsed.get_backend_name() == "sqlite":
         memory = parsed.database in (None, "", ":memory:")
@@ -212,19 +233,24 @@ def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
             uri = sqlite_read_only_uri(Path(parsed.database), read_only)
             options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False,
                                                          timeout=lock_ms / 1000)
-        engine = create_engine(
+        engine = create(
             parsed,
             poolclass=StaticPool if memory else None,
             connect_args={"check_same_thread": False, "timeout": lock_ms / 1000},
             **options,
         )
-        _configure_sqlite(engine, memory, read_only is not None, lock_ms)
+        _configure_sqlite(_sync(engine), memory, read_only is not None, lock_ms)
     else:
-        engine = create_engine(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms),
-                               **pool_options(parsed))
-        _configure_postgres(engine, parsed, lock_ms)
-    _summarise_faults(engine)
+        engine = create(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms),
+                        **pool_options(parsed))
+        _configure_postgres(_sync(engine), parsed, lock_ms)
+    _summarise_faults(_sync(engine))
     return engine
+
+
+def _sync(engine: Engine | AsyncEngine) -> Engine:
+    """The engine that events are registered on (an ``AsyncEngine``'s ``sync_engine``)."""
+    return getattr(engine, "sync_engine", engine)
 
 
 def _postgres_args(url: URL, lock_ms: int) -> dict[str, Any]:
@@ -348,10 +374,12 @@ def driver_write_transaction(engine: Engine) -> Iterator[Any]:
     pooled = engine.raw_connection()
     try:
         if engine.dialect.name == "sqlite":  # psycopg opens its transaction on the first statement
-            _begin_immediate(engine, pooled.driver_connection)
+            _begin_immediate(engine, pooled.dbapi_connection)
         try:
             if local := pooled.info.get(_LOCAL):  # behind a transaction pooler, see _configure_postgres
-                pooled.driver_connection.execute(_LOCAL_TIMEOUTS, local)
+                cursor = pooled.dbapi_connection.cursor()  # the same call on psycopg and its async adapter
+                cursor.execute(_LOCAL_TIMEOUTS, local)
+                cursor.close()
             yield pooled
         except BaseException:
             pooled.rollback()
@@ -362,7 +390,8 @@ def driver_write_transaction(engine: Engine) -> Iterator[Any]:
 
 
 def _begin_immediate(engine: Engine, driver: Any) -> None:
-    """``BEGIN IMMEDIATE`` on a sqlite3 connection; a lock held past the busy timeout raises
+    """``BEGIN IMMEDIATE`` on a sqlite3 connection (or the asyncio extension's adapter of an
+    aiosqlite one, which has the same ``execute``); a lock held past the busy timeout raises
     SQLAlchemy's ``OperationalError``, as :func:`write_transaction` does."""
     try:
         driver.execute("BEGIN IMMEDIATE")

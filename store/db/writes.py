@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, insert
+from sqlalchemy.util import await_only
 
 from store.analysis import pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
@@ -68,7 +69,9 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
     tool calls and results (``store.analysis.pairs``)."""
     cursor = conn.connection.dbapi_connection.cursor()
     if conn.dialect.name == "postgresql":
-        if rows:
+        if rows and conn.dialect.is_async:  # the asyncio adapter's cursor has no copy(): psycopg's own
+            await_only(_copy_async(conn.connection.driver_connection, rows))
+        elif rows:
             with cursor.copy(_COPY_ROWS) as copy:
                 for row in rows:
                     copy.write_row(row)
@@ -77,6 +80,13 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
     pairs.pair_inserted(cursor, conn.dialect, rows)
+
+
+async def _copy_async(driver: Any, rows: list[tuple]) -> None:
+    """``COPY`` of ``rows`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
+    async with driver.cursor() as cursor, cursor.copy(_COPY_ROWS) as copy:
+        for row in rows:
+            await copy.write_row(row)
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:

@@ -61,7 +61,7 @@ def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False,
         cursor = dbapi.cursor()
         sql = _LINES["sqlite", as_migrated]
     else:  # a server-side cursor: the rows stream instead of arriving all at once
-        cursor = dbapi.cursor(name="pi_store_export")
+        cursor = dbapi.cursor("pi_store_export")  # positional: the asyncio adapter takes no keyword
         sql = _LINES["postgresql", as_migrated]
     error = conn.dialect.loaded_dbapi.Error
     try:

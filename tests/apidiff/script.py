@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -37,6 +39,9 @@ from store.interchange.exporting import iter_export
 from store.manager import SessionManager
 from store.services import CompactionSettings, compute_file_lists
 from store.session_store import SessionStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 FORMAT = 1
 SESSION_SWITCHES = ("create", "inMemory", "open", "continueRecent", "forkFrom")
@@ -83,8 +88,11 @@ class Outcome:
     files: dict[str, bytes]
 
     def to_json(self) -> dict[str, Any]:
-        return {"results": self.results, "states": self.states,
-                "files": {sid: data.decode("utf-8") for sid, data in sorted(self.files.items())}}
+        return {
+            "results": self.results,
+            "states": self.states,
+            "files": {sid: data.decode("utf-8") for sid, data in sorted(self.files.items())},
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Outcome:
@@ -107,7 +115,11 @@ def dump_script(script: dict[str, Any]) -> str:
 
 def snapshot(sm: SessionManager) -> str:
     """The session as Pi holds it: its header and every entry, one ``JSON.stringify`` line each."""
-    return "".join(js_stringify(v) + "\n" for v in [sm.get_header(), *sm.get_entries()])
+    return snapshot_of(sm.get_header(), sm.get_entries())
+
+
+def snapshot_of(header: dict | None, entries: list) -> str:
+    return "".join(js_stringify(v) + "\n" for v in [header, *entries])
 
 
 def _arg(args: list[Any], i: int) -> Any:
@@ -118,6 +130,58 @@ def _arg(args: list[Any], i: int) -> Any:
 def _option_id(args: list[Any], i: int) -> str | None:
     options = _arg(args, i)
     return options.get("id") if isinstance(options, dict) else None
+
+
+# One op = one call, on a store (session switches) or on the current manager. The calls are
+# written once for both APIs: on ``store.aio``'s classes they return awaitables (AsyncScriptRun).
+SWITCH_OPS: dict[str, Callable[[Any, list[Any]], Any]] = {
+    "create": lambda store, a: store.create(a[0], session_id=_option_id(a, 1)),
+    "inMemory": lambda store, a: store.in_memory(a[0], session_id=_option_id(a, 1)),
+    "open": lambda store, a: store.open(a[0]),
+    "continueRecent": lambda store, a: store.continue_recent(a[0]),
+    "forkFrom": lambda store, a: store.fork_from(a[0], a[1], new_session_id=_option_id(a, 2)),
+}
+MANAGER_OPS: dict[str, Callable[[Any, list[Any]], Any]] = {
+    "appendMessage": lambda sm, a: sm.append_message(a[0]),
+    "appendThinkingLevelChange": lambda sm, a: sm.append_thinking_level_change(a[0]),
+    "appendModelChange": lambda sm, a: sm.append_model_change(a[0], a[1]),
+    "appendUsage": lambda sm, a: sm.append_usage(a[0], a[1], a[2], a[3], _arg(a, 4)),
+    "appendCompaction": lambda sm, a: sm.append_compaction(a[0], a[1], a[2], *(_arg(a, i) for i in (3, 4, 5))),
+    "appendCustomEntry": lambda sm, a: sm.append_custom_entry(a[0], _arg(a, 1)),
+    "appendSessionInfo": lambda sm, a: sm.append_session_info(a[0]),
+    "appendCustomMessageEntry": lambda sm, a: sm.append_custom_message_entry(a[0], a[1], a[2], _arg(a, 3)),
+    "appendLabelChange": lambda sm, a: sm.append_label_change(a[0], _arg(a, 1)),
+    "appendContextEdit": lambda sm, a: sm.append_context_edit(a[0], a[1]),
+    "branch": lambda sm, a: sm.branch(a[0]),
+    "resetLeaf": lambda sm, a: sm.reset_leaf(),
+    "branchWithSummary": lambda sm, a: sm.branch_with_summary(a[0], a[1], *(_arg(a, i) for i in (2, 3, 4))),
+    "createBranchedSession": lambda sm, a: sm.create_branched_session(a[0]),
+    "getSessionName": lambda sm, a: sm.get_session_name(),
+    "getLabel": lambda sm, a: sm.get_label(a[0]),
+}
+
+
+def compact_settings(args: list[Any]) -> CompactionSettings:
+    """The ``compact`` op's settings (``args``: keep-recent tokens, then the summary text)."""
+    return CompactionSettings(True, 16384, args[0])
+
+
+def compaction_args(prep: Any, args: list[Any]) -> tuple | None:
+    """The ``append_compaction`` arguments of a ``compact`` op, given its preparation (None: nothing to do)."""
+    if prep is None:
+        return None
+    read_files, modified_files = compute_file_lists(prep.file_ops)
+    return (
+        args[1],
+        prep.first_kept_entry_id,
+        prep.tokens_before,
+        {"readFiles": read_files, "modifiedFiles": modified_files},
+    )
+
+
+def session_record(sm: Any) -> dict[str, Any]:
+    """What a session switch returns (the same on both APIs)."""
+    return {"sessionId": sm.get_session_id(), "cwd": sm.get_cwd(), "persisted": sm.is_persisted()}
 
 
 class ScriptRun:
@@ -141,85 +205,55 @@ class ScriptRun:
             record: dict[str, Any] = {"ret": self._call(op, args)}
         except errors.StoreError as error:
             record = {"error": type(error).__name__}
+        self._record(record)
+        return record
+
+    def _record(self, record: dict[str, Any]) -> None:
         record["leaf"] = self.sm.get_leaf_id() if self.sm is not None else None
         if self.sm is not None and self.sm.get_session_id() not in self.session_ids:
             self.session_ids.append(self.sm.get_session_id())
         self.results.append(record)
-        return record
 
-    def _call(self, op: str, args: list[Any]) -> Any:
-        store = self.store
+    def _steer(self, op: str, args: list[Any]) -> bool:
+        """Apply an op that only moves the clock or forces ids; whether ``op`` was one."""
         if op == "clock":
             self.clock.now = args[0]
-            return None
-        if op in ("uuids", "sessionIds"):
+        elif op in ("uuids", "sessionIds"):
             self.ids.forced["uuid" if op == "uuids" else "session"].extend(args[0])
+        else:
+            return False
+        return True
+
+    def _switch_to(self, sm: Any) -> dict[str, Any]:
+        if self.sm is not None:
+            self.sm.close()
+        self.sm = sm
+        return session_record(sm)
+
+    def _call(self, op: str, args: list[Any]) -> Any:
+        if self._steer(op, args):
             return None
         if op in SESSION_SWITCHES:
-            if op == "create":
-                sm = store.create(args[0], session_id=_option_id(args, 1))
-            elif op == "inMemory":
-                sm = store.in_memory(args[0], session_id=_option_id(args, 1))
-            elif op == "open":
-                sm = store.open(args[0])
-            elif op == "continueRecent":
-                sm = store.continue_recent(args[0])
-            else:
-                sm = store.fork_from(args[0], args[1], new_session_id=_option_id(args, 2))
-            if self.sm is not None:
-                self.sm.close()
-            self.sm = sm
-            return {"sessionId": sm.get_session_id(), "cwd": sm.get_cwd(), "persisted": sm.is_persisted()}
+            return self._switch_to(SWITCH_OPS[op](self.store, args))
         sm = self.sm
         assert sm is not None, f"{op} before any session op"
-        if op == "appendMessage":
-            return sm.append_message(args[0])
-        if op == "appendThinkingLevelChange":
-            return sm.append_thinking_level_change(args[0])
-        if op == "appendModelChange":
-            return sm.append_model_change(args[0], args[1])
-        if op == "appendUsage":
-            return sm.append_usage(args[0], args[1], args[2], args[3], _arg(args, 4))
-        if op == "appendCompaction":
-            return sm.append_compaction(args[0], args[1], args[2], *(_arg(args, i) for i in (3, 4, 5)))
         if op == "compact":
-            prep = sm.prepare_compaction(CompactionSettings(True, 16384, args[0]))
-            if prep is None:
-                return None
-            read_files, modified_files = compute_file_lists(prep.file_ops)
-            return sm.append_compaction(args[1], prep.first_kept_entry_id, prep.tokens_before,
-                                        {"readFiles": read_files, "modifiedFiles": modified_files})
-        if op == "appendCustomEntry":
-            return sm.append_custom_entry(args[0], _arg(args, 1))
-        if op == "appendSessionInfo":
-            return sm.append_session_info(args[0])
-        if op == "appendCustomMessageEntry":
-            return sm.append_custom_message_entry(args[0], args[1], args[2], _arg(args, 3))
-        if op == "appendLabelChange":
-            return sm.append_label_change(args[0], _arg(args, 1))
-        if op == "appendContextEdit":
-            return sm.append_context_edit(args[0], args[1])
-        if op == "branch":
-            return sm.branch(args[0])
-        if op == "resetLeaf":
-            return sm.reset_leaf()
-        if op == "branchWithSummary":
-            return sm.branch_with_summary(args[0], args[1], *(_arg(args, i) for i in (2, 3, 4)))
-        if op == "createBranchedSession":
-            return sm.create_branched_session(args[0])
-        if op == "getSessionName":
-            return sm.get_session_name()
-        if op == "getLabel":
-            return sm.get_label(args[0])
-        raise ValueError(f"unknown op {op!r}")
+            append = compaction_args(sm.prepare_compaction(compact_settings(args)), args)
+            return None if append is None else sm.append_compaction(*append)
+        if op not in MANAGER_OPS:
+            raise ValueError(f"unknown op {op!r}")
+        return MANAGER_OPS[op](sm, args)
 
     def finish(self) -> Outcome:
         """Snapshot the last session and export every session of the run that got stored."""
         if self.sm is not None:
             self.states.append(snapshot(self.sm))
             self.sm.close()
-        files = {sid: b"".join(iter_export(self.store, sid)) for sid in self.session_ids
-                 if self.store.find_by_id(sid) is not None}
+        files = {
+            sid: b"".join(iter_export(self.store, sid))
+            for sid in self.session_ids
+            if self.store.find_by_id(sid) is not None
+        }
         return Outcome(self.results, self.states, files)
 
 
@@ -229,6 +263,63 @@ def run_script(engine: Engine, script: dict[str, Any]) -> Outcome:
     for step in script["ops"]:
         run.apply(step["op"], step.get("args", []))
     return run.finish()
+
+
+class AsyncScriptRun(ScriptRun):
+    """A script applied through ``store.aio`` (the same op tables, awaited)."""
+
+    def __init__(self, engine: AsyncEngine, seed: int, start_ms: float) -> None:
+        from store.aio import AsyncSessionStore
+
+        super().__init__(engine.sync_engine, seed, start_ms)
+        self.store = AsyncSessionStore(engine, clock=self.clock, ids=self.ids)  # type: ignore[assignment]
+
+    async def apply_async(self, op: str, args: list[Any]) -> dict[str, Any]:
+        if op in SESSION_SWITCHES and self.sm is not None:
+            self.states.append(await self._snapshot())
+        try:
+            record: dict[str, Any] = {"ret": await self._call_async(op, args)}
+        except errors.StoreError as error:
+            record = {"error": type(error).__name__}
+        self._record(record)
+        return record
+
+    async def _snapshot(self) -> str:
+        sm: Any = self.sm
+        return snapshot_of(await sm.get_header(), await sm.get_entries())
+
+    async def _call_async(self, op: str, args: list[Any]) -> Any:
+        if self._steer(op, args):
+            return None
+        if op in SESSION_SWITCHES:
+            return self._switch_to(await SWITCH_OPS[op](self.store, args))
+        sm: Any = self.sm
+        assert sm is not None, f"{op} before any session op"
+        if op == "compact":
+            append = compaction_args(await sm.prepare_compaction(compact_settings(args)), args)
+            return None if append is None else await sm.append_compaction(*append)
+        result = MANAGER_OPS[op](sm, args)
+        return await result if inspect.isawaitable(result) else result  # reset_leaf is not awaitable
+
+    async def finish_async(self) -> Outcome:
+        store: Any = self.store
+        if self.sm is not None:
+            self.states.append(await self._snapshot())
+            self.sm.close()
+        files = {
+            sid: b"".join([chunk async for chunk in store.iter_export(sid)])
+            for sid in self.session_ids
+            if await store.find_by_id(sid) is not None
+        }
+        return Outcome(self.results, self.states, files)
+
+
+async def run_script_async(engine: AsyncEngine, script: dict[str, Any]) -> Outcome:
+    """:func:`run_script` through the async API (``store.aio``) on ``engine``."""
+    run = AsyncScriptRun(engine, script["seed"], script["start"])
+    for step in script["ops"]:
+        await run.apply_async(step["op"], step.get("args", []))
+    return await run.finish_async()
 
 
 def first_difference(pi: Outcome, ours: Outcome, script: dict[str, Any]) -> str | None:
