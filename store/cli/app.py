@@ -299,11 +299,12 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def emit(value: object) -> None:
-    """Print one JSON document (JSON.stringify's form: raw UTF-8, lone surrogates escaped)."""
+def emit(value: object, *, indent: int = 0) -> None:
+    """Print one JSON document (JSON.stringify's form: raw UTF-8, lone surrogates escaped), on one
+    line or, with ``indent``, as ``JSON.stringify(value, null, indent)`` for a person to read."""
     from store.format.jsjson import js_stringify
 
-    sys.stdout.write(js_stringify(value) + "\n")
+    sys.stdout.write(js_stringify(value, indent) + "\n")
 
 
 @main.command("path")
