@@ -54,8 +54,8 @@ LIST_COLUMNS = (
     Column("id", "session", fold=False), Column("modified", "modified", fold=False),
     Column("created", "created", table=False), Column("messageCount", "messages", numeric=True, fold=False),
     Column("tokens", "tokens", numeric=True, text="{:,}".format, fold=False),
-    Column("cost", "cost", numeric=True, text="${:.4f}".format, fold=False), Column("cwd", "cwd"),
-    Column("name", "name", table=False), Column("firstMessage", "title", delimited=False),
+    Column("cost", "cost", numeric=True, text="${:.4f}".format, fold=False), Column("cwd", "cwd", one_line=True),
+    Column("name", "name", table=False), Column("firstMessage", "title", delimited=False, one_line=True),
     Column("parentSession", "parent", table=False),
 )
 
