@@ -6,12 +6,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from store.cli import main
+from tests.terminal import run_in_terminal, without_styles
 
 SMALL = Path(__file__).resolve().parent / "fixtures" / "oracle" / "sessions" / "small-seed1-0.jsonl"
 SESSION = "018da346-a275-7883-9492-51c39b129f0f"
@@ -122,3 +127,83 @@ def test_tree(imported: str) -> None:
     assert [r["id"] for r in rows] == [n["id"] for n in walk(full)] and rows[0]["depth"] == "0"
     drawn = cli(imported, "tree", SESSION)[1]
     assert f"* {leaf['id']} compaction" in drawn and "(--full shows them)" in drawn and "├─ " in drawn
+
+
+def test_search_phrase_prefix_or_on_both_engines(imported: str) -> None:
+    def hits(*query: str) -> list[str]:
+        code, out, err = cli(imported, "search", *query, "--json")
+        assert code == 0, err
+        return sorted(h["entryId"] for h in json.loads(out))
+
+    branch = ["5b168d7d", "694ad2fb", "9b0b8495", "e958d8ba", "ee2b7d28", "efecc7d8"]
+    assert hits("branch") == branch == hits("bran*") == hits("branch", "OR", "zzzqqq")
+    assert hits('"the branch"') == ["e958d8ba"] and hits('"branch the"') == []
+    assert hits("zzzqqq", "OR", "yyyxxx") == []
+
+
+def test_search_tsv_and_the_terminal_table(imported: str) -> None:
+    hits = json.loads(cli(imported, "search", "branch", "--json")[1])
+    tsv = cli(imported, "search", "branch", "--tsv")[1].splitlines()
+    header = ["entryId", "sessionId", "seq", "role", "type", "timestamp", "provenance", "snippet"]
+    assert tsv[0].split("\t") == header and len(tsv) == len(hits) + 1
+    for line, hit in zip(tsv[1:], hits, strict=True):
+        cells = dict(zip(header, line.split("\t"), strict=True))
+        assert cells["entryId"] == hit["entryId"] and cells["seq"] == str(hit["seq"])
+        assert cells["sessionId"] == SESSION and cells["role"] == hit["role"] and cells["type"] == hit["type"]
+        assert json.loads(cells["provenance"]) == hit["provenance"] and "<mark>branch</mark>" in cells["snippet"]
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "PI_STORE_DB")}
+    code, shown = run_in_terminal([sys.executable, "-m", "store.cli", "--db", imported, "search", "branch"], env)
+    text = without_styles(shown)
+    assert code == 0 and "<mark>" not in text and text.split()[:3] == ["entry", "session", "role"]
+    assert re.search(r"\x1b\[[0-9;]*m(\x1b\[[0-9;]*m)*branch\x1b\[0m", shown)  # the match is styled
+    assert all(hit["entryId"] in text for hit in hits)
+
+
+def test_list_on_a_terminal_is_a_table(imported: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PI_STORE_DB"}
+    for columns in (100, 160):  # one line per session, cut to the terminal's width
+        code, shown = run_in_terminal([sys.executable, "-m", "store.cli", "--db", imported, "list"], env,
+                                      columns=columns)
+        lines = without_styles(shown).splitlines()
+        header = lines[0].split()
+        assert code == 0 and len(lines) == 2 and header[:5] == ["session", "modified", "messages", "tokens", "cost"]
+        assert lines[1].startswith(f"{SESSION}  ") and " 19 " in lines[1] and " $0.7814 " in lines[1]
+        assert all(len(line) <= columns for line in lines)  # cwd and title give up their width first
+    assert header[5:] == ["cwd", "title"] and lines[1].rstrip().endswith("/work/репо/проект  🧪 请修复这个问题")
+
+
+def test_sql_aliased_columns_are_named_the_same_on_both_engines(imported: str) -> None:
+    """(Unaliased expressions are named by each engine: ``sum(cost)`` on SQLite, ``sum`` on PostgreSQL.)"""
+    query = "SELECT model, sum(cost) AS cost FROM usage_ledger GROUP BY model ORDER BY model"
+    rows = json.loads(cli(imported, "sql", query, "--json")[1])
+    assert [list(row) for row in rows] == [["model", "cost"]] * 2
+    assert sorted((r["model"] or "", round(r["cost"], 8)) for r in rows) == [
+        ("", 0.03369375), ("qwen/qwen3-coder", 0.74770575)]
+    assert cli(imported, "sql", query, "--csv")[1].splitlines()[0] == "model,cost"
+
+
+def test_stats_shapes(imported: str) -> None:
+    doc = json.loads(cli(imported, "stats", SESSION, "--json")[1])
+    assert list(doc) == ["sessionId", "sessions", "userMessages", "assistantMessages", "toolCalls", "toolResults",
+                         "totalMessages", "tokens", "cost", "models"]
+    assert (doc["userMessages"], doc["assistantMessages"], doc["toolCalls"], doc["toolResults"]) == (5, 8, 4, 4)
+    assert doc["tokens"] == {"input": 177984, "output": 13149, "cacheRead": 6175, "cacheWrite": 12896, "total": 210204}
+    assert doc["cost"] == 0.7813995
+    header = ["provider", "model", "records", "tokensInput", "tokensOutput", "tokensCacheRead", "tokensCacheWrite",
+              "tokensTotal", "cost"]
+    tsv = [line.split("\t") for line in cli(imported, "stats", SESSION, "--tsv")[1].splitlines()]
+    nl = [json.loads(line) for line in cli(imported, "stats", SESSION, "--nl")[1].splitlines()]
+    assert tsv[0] == header and len(tsv) == len(nl) + 1 == len(doc["models"]) + 1
+    for cells, row, model in zip(tsv[1:], nl, doc["models"], strict=True):
+        expected = {"provider": model["provider"], "model": model["model"], "records": model["records"],
+                    "cost": model["cost"], **{f"tokens{k[0].upper()}{k[1:]}": v for k, v in model["tokens"].items()}}
+        assert row == expected
+        assert cells == ["" if row[key] is None else str(row[key]) for key in header]
+
+
+def test_a_closed_pipe_ends_quietly(imported: str) -> None:
+    reader = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", imported, "search", "the", "--nl"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.close()  # as `| head -0` would
+    assert reader.wait(timeout=120) == 141
+    assert reader.stderr.read() == b""

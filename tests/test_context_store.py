@@ -109,7 +109,7 @@ def test_cli_compact_plans_and_runs(tmp_path: Path) -> None:
     with SessionStore.connect(url) as store:
         sm, _ = build_long_session(store)
         session_id = sm.get_session_id()
-    cli = [sys.executable, "-m", "store.cli", "--db", url, "compact", session_id, "--keep-recent", "400"]
+    cli = [sys.executable, "-m", "store.cli", "--db", url, "compact", session_id, "--keep-recent", "400", "--json"]
     plan = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr
     planned = json.loads(plan.stdout)

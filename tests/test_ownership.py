@@ -441,7 +441,7 @@ def test_compact_then_pi_appends_then_sync_is_a_conflict_and_verify_says_diverge
     with SessionStore.connect(db) as store:
         [info] = store.list_all()
         before = _row_count(store, info.id)
-    compacted = cli("compact", info.id, "--summarizer", "deterministic", "--keep-recent", "200")
+    compacted = cli("compact", info.id, "--summarizer", "deterministic", "--keep-recent", "200", "--json")
     assert compacted.returncode == 0 and json.loads(compacted.stdout)["compacted"], compacted.stdout
     pi_line = (b'{"type":"custom","customType":"pi-wrote-this","data":{},"id":"f1f1f1f1","parentId":null,'
                b'"timestamp":"2026-12-01T00:00:00.000Z"}\n')

@@ -563,7 +563,7 @@ def compact_prepare(ctx: Context) -> None:
 
 
 def compact_command(ctx: Context) -> list[str]:
-    return [*_cli(), "--db", ctx.url, "compact", SESSION, "--summarizer", "deterministic"]
+    return [*_cli(), "--db", ctx.url, "compact", SESSION, "--summarizer", "deterministic", "--json"]
 
 
 def _compactions(ctx: Context) -> list[str]:

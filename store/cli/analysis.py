@@ -200,7 +200,7 @@ def fts_sync_command() -> None:
     """Index what was written since the last search (SQLite; PostgreSQL indexes on write)."""
     from store.analysis import fts
 
-    click.echo(f"indexed {fts.sync(current_store().engine)} new entries")
+    click.echo(f"indexed {plural(fts.sync(current_store().engine), 'new entry', 'new entries')}")
 
 
 @fts_group.command("rebuild")
@@ -215,6 +215,6 @@ def fts_rebuild_command(recompute: bool) -> None:
     engine = current_store().engine
     if recompute:  # rewrites every row's search text, and the index with it
         with write_transaction(engine) as conn:
-            click.echo(f"recomputed and indexed {recompute_analysis(conn)} entries")
+            click.echo(f"recomputed and indexed {plural(recompute_analysis(conn), 'entry', 'entries')}")
         return
-    click.echo(f"indexed {fts.rebuild(engine)} entries")
+    click.echo(f"indexed {plural(fts.rebuild(engine), 'entry', 'entries')}")

@@ -2,7 +2,8 @@
 
 Every failure ends in one line on stderr and exit status 1, never a traceback: the store's own
 errors (``StoreError``) as their message, anything else as ``Error: <what> (<where>)``, with
-passwords masked (``PI_STORE_DEBUG=1`` shows the traceback instead). Ctrl-C exits 130 quietly.
+passwords masked (``PI_STORE_DEBUG=1`` shows the traceback instead). Ctrl-C exits 130 quietly, and
+so does a closed pipe (``pi-store list | head``), with 141.
 
 The store is opened when a command first asks for it (``--help`` and usage errors never
 connect). Read commands (:data:`READ_COMMANDS`) still read a SQLite database that cannot be
@@ -128,6 +129,9 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             ctx.exit(130)
+        except BrokenPipeError:  # the reader left (``| head``): stop quietly, as a killed writer would
+            _silence_stdout()
+            ctx.exit(141)
         except click.ClickException as exc:
             exc.message = _mask(ctx, exc.message)
             raise
@@ -139,6 +143,13 @@ class _Commands(click.Group):
             if os.environ.get("PI_STORE_DEBUG") == "1":
                 raise
             raise click.ClickException(_mask(ctx, _describe(ctx, exc))) from exc
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _opener(ctx: click.Context) -> _Opener | None:
@@ -302,11 +313,12 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def emit(value: object) -> None:
-    """Print one JSON document (JSON.stringify's form: raw UTF-8, lone surrogates escaped)."""
+def emit(value: object, *, indent: int = 0) -> None:
+    """Print one JSON document (JSON.stringify's form: raw UTF-8, lone surrogates escaped), on one
+    line or, with ``indent``, as ``JSON.stringify(value, null, indent)`` for a person to read."""
     from store.format.jsjson import js_stringify
 
-    sys.stdout.write(js_stringify(value) + "\n")
+    sys.stdout.write(js_stringify(value, indent) + "\n")
 
 
 @main.command("path")

@@ -13,12 +13,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from store.analysis import fts
 from store.cli.app import current_store, emit, main
+from store.cli.output import plural
 from store.db.faults import error_line
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
@@ -54,36 +56,57 @@ def _common(command: Callable) -> Callable:
 
 
 class _Progress:
-    """Bytes and files done, as a bar on a terminal (``auto``/``bar``) or JSON lines (``json``)."""
+    """Bytes and files done, as a bar on a terminal (``auto``/``bar``) or JSON lines (``json``).
+
+    While the bar is drawn, every line meant for that terminal goes through :meth:`echo`, which
+    prints it above the bar (``rich``'s live display), so the two never share a line; the bar
+    is erased when the run ends, and the summary line that follows stays.
+    """
 
     def __init__(self, mode: str, total_bytes: int, total_files: int) -> None:
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "none"
         self.mode, self.total_bytes, self.total_files = mode, total_bytes, total_files
         self.done_bytes, self.file_index, self.path = 0, 0, ""
-        self._bar = None
+        self._bar: Any = None  # rich.progress.Progress while it is drawn
+        self._task: Any = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[_Progress]:
         if self.mode != "bar":
             yield self
             return
-        with click.progressbar(length=max(self.total_bytes, 1), file=sys.stderr, label="importing",
-                               show_pos=False, item_show_func=lambda _: self._label()) as bar:
-            self._bar = bar
-            yield self
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-    def _label(self) -> str:
-        return f"file {self.file_index + 1}/{self.total_files} {os.path.basename(self.path)[:40]}"
+        bar = Progress(TextColumn("importing"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
+                       TextColumn("{task.description}"), console=Console(stderr=True, highlight=False),
+                       transient=True, redirect_stdout=False, redirect_stderr=False)
+        with bar:
+            self._bar, self._task = bar, bar.add_task("", total=max(self.total_bytes, 1))
+            try:
+                yield self
+            finally:
+                self._bar = None
+
+    def echo(self, line: str, *, err: bool = False) -> None:
+        """Print ``line`` on stdout (or stderr): above the bar when it goes to the bar's terminal."""
+        if self._bar is not None and (err or sys.stdout.isatty()):
+            self._bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            click.echo(line, err=err)
 
     def on_file(self, index: int, path: Path) -> None:
         self.file_index, self.path = index, str(path)
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"file {index + 1}/{self.total_files} "
+                                                     f"{os.path.basename(self.path)[:40]}", refresh=True)
         self.bytes(0)
 
     def bytes(self, count: int) -> None:
         self.done_bytes += count
         if self._bar is not None:
-            self._bar.update(count, self.path)
+            self._bar.update(self._task, advance=count)
         elif self.mode == "json":
             sys.stderr.write(js_stringify({"progress": {
                 "file": self.file_index + 1, "files": self.total_files, "bytes": self.done_bytes,
@@ -92,19 +115,21 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _print_report(report: ImportReport, as_json: bool) -> None:
+def _print_report(report: ImportReport, as_json: bool, echo: Callable[..., None] = click.echo) -> None:
+    """A file's result on stdout, its warnings, note and error on stderr, through ``echo``."""
     if as_json:
-        emit(report.to_json())
+        echo(js_stringify(report.to_json()))
         sys.stdout.flush()
     else:
-        detail = f" ({report.lines} lines, {report.bytes} bytes)" if report.imported else ""
-        click.echo(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}")
+        detail = (f" ({plural(report.lines, 'line')}, {plural(report.bytes, 'byte')})"
+                  if report.imported else "")
+        echo(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}")
         for warning in report.warnings:
-            click.echo(f"warning: {warning}", err=True)
+            echo(f"warning: {warning}", err=True)
     if report.note:
-        click.echo(f"note: {report.note}", err=True)
+        echo(f"note: {report.note}", err=True)
     if report.error:
-        click.echo(f"error: {report.error}", err=True)
+        echo(f"error: {report.error}", err=True)
 
 
 def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, prefer: str | None,
@@ -122,7 +147,7 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
         for report in import_paths(store, paths, strict=strict, replace=replace, prefer=prefer,
                                    keep_non_sessions=keep_non_sessions, on_file=meter.on_file, progress=meter.bytes):
             summary.add(report)
-            _print_report(report, as_json)
+            _print_report(report, as_json, meter.echo)
     _index_imports(store)
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
@@ -142,9 +167,18 @@ def _finish(summary: Summary, as_json: bool) -> None:
     if as_json:
         emit({"summary": summary.to_json()})
     else:
-        click.echo(summary.render(), err=True)
+        click.echo(_summary_line(summary), err=True)
     if summary.failed:
         raise SystemExit(1)
+
+
+def _summary_line(summary: Summary) -> str:
+    """``71 files (15 conflict, 53 imported): 53 sessions stored, 3,249 entries, ... in 3.2 s``."""
+    statuses = ", ".join(f"{count:,} {status}" for status, count in sorted(summary.statuses.items()))
+    rate = f", {summary.bytes / 1e6 / summary.seconds:.1f} MB/s" if summary.seconds > 0 and summary.bytes else ""
+    return (f"{plural(summary.files, 'file')} ({statuses or 'none'}): {plural(len(summary.sessions), 'session')} "
+            f"stored, {plural(summary.entries, 'entry', 'entries')}, {plural(summary.bytes, 'byte')} read, "
+            f"{plural(summary.warnings, 'warning')} in {summary.seconds:.1f} s{rate}")
 
 
 @main.command("import")
@@ -234,7 +268,7 @@ def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
         elif exported.error is not None:
             click.echo(f"failed {exported.session_id} -> {exported.path}: {exported.error}")
         else:
-            click.echo(f"{exported.session_id} -> {exported.path} ({exported.bytes} bytes)")
+            click.echo(f"{exported.session_id} -> {exported.path} ({plural(exported.bytes, 'byte')})")
         if not as_json:
             for note in exported.notes:
                 click.echo(f"  note: {note}")
@@ -245,7 +279,8 @@ def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
     if as_json:
         emit({"summary": summary})
     else:
-        click.echo(f"{summary['files']} files written, {failed} failed, {summary['renamed']} renamed", err=True)
+        click.echo(f"{plural(summary['files'], 'file')} written, {failed:,} failed, {summary['renamed']:,} renamed",
+                   err=True)
     if failed:
         raise SystemExit(1)
 
@@ -298,7 +333,8 @@ def verify_command(session: str | None, everything: bool, full: bool, as_json: b
         emit({"summary": summary})
     else:
         state = "" if database is None else f"; database {'ok' if database.ok else 'damaged'}"
-        click.echo(f"{summary['sessions']} sessions: " + ", ".join(f"{counts[v]} {v}" for v in _VERDICTS) + state)
+        click.echo(f"{plural(summary['sessions'], 'session')}: " + ", ".join(f"{counts[v]:,} {v}" for v in _VERDICTS)
+                   + state)
     if damaged:
         raise SystemExit(1)
 

@@ -29,7 +29,9 @@ FORMATS = ("json", "nl", "csv", "tsv", "table")
 @dataclass(frozen=True)
 class Column:
     """A column: the row object's ``key``; ``text`` renders its table cell (CSV/TSV print the
-    value itself); ``table``/``delimited``: whether the table or CSV/TSV show it."""
+    value itself); ``table``/``delimited``: whether the table or CSV/TSV show it. In the table a
+    long cell is folded onto more lines (``fold``), or kept whole on one line; a ``one_line``
+    column gives up its width first when the terminal is narrow, its cells cut with …."""
 
     key: str
     header: str
@@ -38,6 +40,7 @@ class Column:
     table: bool = True
     delimited: bool = True
     fold: bool = True
+    one_line: bool = False
 
     def cell(self, row: dict, *, shown: bool = False) -> str:
         value = row.get(self.key)
@@ -116,15 +119,19 @@ def write_table(columns: Sequence[Column], rows: Iterable[dict], *, title: str |
     """The rows as a ``rich`` table fitted to the terminal (long cells folded or cut with …).
     ``styles`` give a column's cell as rich text instead (e.g. search matches highlighted)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, header_style="bold", box=None, pad_edge=False, expand=False)
     columns = [c for c in columns if c.table]
     for column in columns:
+        # rich narrows the columns that may wrap first: a one-line column is one, its cells are not
         table.add_column(column.header, justify="right" if column.numeric else "left",
-                         overflow="fold" if column.fold else "ellipsis", no_wrap=not column.fold)
+                         overflow="fold" if column.fold and not column.one_line else "ellipsis",
+                         no_wrap=not (column.fold or column.one_line))
     for row in rows:
-        table.add_row(*(styles[c.key](row) if styles and c.key in styles else c.cell(row, shown=True)
-                        for c in columns))
+        table.add_row(*(styles[c.key](row) if styles and c.key in styles
+                        else Text(c.cell(row, shown=True), no_wrap=True, overflow="ellipsis") if c.one_line
+                        else c.cell(row, shown=True) for c in columns))
     console().print(table)
 
 

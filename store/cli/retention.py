@@ -6,11 +6,13 @@ from __future__ import annotations
 import click
 
 from store.cli.app import current_store, emit, main
+from store.cli.output import plural
 from store.retention import BadPolicy, Removed, RetentionPolicy, parse_duration
 
 
 def _size(removed: Removed) -> str:
-    return f"{removed.rows} rows, {removed.bytes:,} bytes (line {removed.line_bytes:,}, raw {removed.raw_bytes:,})"
+    return (f"{plural(removed.rows, 'row')}, {plural(removed.bytes, 'byte')} (line {removed.line_bytes:,}, "
+            f"raw {removed.raw_bytes:,})")
 
 
 @main.command("delete")
@@ -27,7 +29,7 @@ def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: boo
         emit(report.to_json())
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} {report.sessions} session(s): {_size(report.removed)}")
+    click.echo(f"{verb} {plural(report.sessions, 'session')}: {_size(report.removed)}")
     for session_id in report.missing:
         click.echo(f"not stored (ignored): {session_id}", err=True)
 
@@ -60,12 +62,12 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
         return
     verb = "removed" if apply else "would remove"
     for item in report.trimmed:
-        click.echo(f"{item.session_id}  {verb} {_size(item.removed)} of {item.rows_before} rows")
+        click.echo(f"{item.session_id}  {verb} {_size(item.removed)} of {plural(item.rows_before, 'row')}")
     for session_id in report.deleted:
         click.echo(f"{session_id}  {'deleted' if apply else 'would delete'}")
-    click.echo(f"{verb} {_size(report.removed)}: {len(report.trimmed)} session(s) trimmed, "
+    click.echo(f"{verb} {_size(report.removed)}: {plural(len(report.trimmed), 'session')} trimmed, "
                f"{len(report.deleted)} deleted, {report.kept_whole} of {report.sessions_seen} kept whole"
                + ("" if apply else " (dry run: --apply writes)"))
     if report.vacuum:
-        click.echo(f"vacuum: {report.vacuum.bytes_before:,} -> {report.vacuum.bytes_after:,} bytes "
+        click.echo(f"vacuum: {report.vacuum.bytes_before:,} -> {plural(report.vacuum.bytes_after, 'byte')} "
                    f"in {report.vacuum.seconds:.2f} s")

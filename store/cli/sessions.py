@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from store.analysis.listing import SORTS
 from store.cli.app import current_store, emit, main
-from store.cli.output import Column, format_options, plural, resolve, write_rows
+from store.cli.output import Column, console, format_options, plural, resolve, write_rows
 from store.format.jsdate import parse_js_date
 
 
@@ -52,8 +54,8 @@ LIST_COLUMNS = (
     Column("id", "session", fold=False), Column("modified", "modified", fold=False),
     Column("created", "created", table=False), Column("messageCount", "messages", numeric=True, fold=False),
     Column("tokens", "tokens", numeric=True, text="{:,}".format, fold=False),
-    Column("cost", "cost", numeric=True, text="${:.4f}".format, fold=False), Column("cwd", "cwd"),
-    Column("name", "name", table=False), Column("firstMessage", "title", delimited=False),
+    Column("cost", "cost", numeric=True, text="${:.4f}".format, fold=False), Column("cwd", "cwd", one_line=True),
+    Column("name", "name", table=False), Column("firstMessage", "title", delimited=False, one_line=True),
     Column("parentSession", "parent", table=False),
 )
 
@@ -76,8 +78,22 @@ def _date_ms(value: str | None, option: str) -> int | None:
 @click.argument("session")
 @click.option("--leaf", help="Describe the session as if this entry were the leaf.")
 @click.option("--all-leaves", is_flag=True, help="Also give the path of every entry taken as leaf.")
-def inspect_command(session: str, leaf: str | None, all_leaves: bool) -> None:
-    """Print one JSON document shaped like the oracle's describe.mjs output."""
+@click.option("--json", "as_json", is_flag=True,
+              help="One line of JSON, as when piped (on a terminal the document is indented).")
+def inspect_command(session: str, leaf: str | None, all_leaves: bool, as_json: bool) -> None:
+    """Print one JSON document shaped like the oracle's describe.mjs output.
+
+    Piped (or with --json): the document on one line, exactly as scripts and the conformance
+    suite read it. On a terminal: the same document indented two spaces, coloured.
+    """
     from store.describe import describe_session
 
-    emit(describe_session(current_store(), session, leaf, all_leaves))
+    document = describe_session(current_store(), session, leaf, all_leaves)
+    if as_json or not sys.stdout.isatty():
+        emit(document)
+        return
+    from rich.highlighter import JSONHighlighter
+
+    from store.format.jsjson import js_stringify
+
+    console().print(JSONHighlighter()(js_stringify(document, 2)), soft_wrap=True)

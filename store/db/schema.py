@@ -28,6 +28,9 @@ Columns derived at append time (so that reads cost what they return, not what th
 The analysis columns (``search_text`` ... ``usage_cost``) are computed from the parsed entry at
 write time by ``store.analysis.extract`` (see there); migration 0003 adds them with the views and
 the full-text index (``docs/sql.md``).
+
+The tables are SQLAlchemy Core ``Table`` objects (nothing maps rows to classes), so reading a
+store does not import the ORM.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Column,
     Double,
     ForeignKey,
     ForeignKeyConstraint,
@@ -44,17 +48,19 @@ from sqlalchemy import (
     MetaData,
     SmallInteger,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
 # JSON text on SQLite, jsonb on PostgreSQL (parsed once on write; ``->>`` works the same on both).
 # Rows are written with DBAPI statements and the JSON text, never through this type's binding.
+# (The PostgreSQL dialect is imported here anyway: the partial indexes' ``postgresql_where``
+# makes SQLAlchemy load it to check the argument.)
 Json = Text().with_variant(JSONB(), "postgresql")
 
 NAMING = {
@@ -64,168 +70,137 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
+metadata = MetaData(naming_convention=NAMING)  # the tables, for Alembic and every query
 
 
-class SessionRow(Base):
-    """One session: header fields, denormalised listing info, and where it came from."""
+def _required(name: str, *args: object, **options: object) -> Column:
+    """A NOT NULL column."""
+    return Column(name, *args, nullable=False, **options)
 
-    __tablename__ = "sessions"
 
-    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text, unique=True)
-    version: Mapped[int | None] = mapped_column(Integer)
-    cwd: Mapped[str] = mapped_column(Text, default="")
-    parent_session: Mapped[str | None] = mapped_column(Text)
-    created: Mapped[str | None] = mapped_column(Text, doc="header timestamp as written")
-    created_ms: Mapped[int | None] = mapped_column(BigInteger, doc="header timestamp, ms since epoch")
-    activity_ms: Mapped[int | None] = mapped_column(
-        BigInteger, doc="latest user/assistant message time (Pi's list rule: message ms, else entry time)"
-    )
-    modified_ms: Mapped[int | None] = mapped_column(
-        BigInteger, doc="latest user/assistant activity (Pi's list rule), else header time"
-    )
-    name: Mapped[str | None] = mapped_column(Text, doc="latest session_info name, trimmed")
-    first_message: Mapped[str | None] = mapped_column(Text, doc="first non-empty user text")
-    entry_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
-    message_count: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
-    header_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the header line")
-    last_seq: Mapped[int] = mapped_column(Integer, default=-1, doc="row of the last physical line")
-    leaf_seq: Mapped[int | None] = mapped_column(Integer, doc="row of the last entry: the leaf on open")
-    pi_valid: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi would open this file")
-    pi_listable: Mapped[bool] = mapped_column(Boolean, default=True, doc="Pi's list() would show it")
-    has_conversation: Mapped[bool] = mapped_column(Boolean, default=False, doc="holds a user/assistant message")
-    migrated_from: Mapped[str | None] = mapped_column(Text, doc="header version before migration")
-    source_path: Mapped[str | None] = mapped_column(Text)
-    source_sha256: Mapped[str | None] = mapped_column(String(64))
-    source_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
+# One session: header fields, denormalised listing info, and where it came from.
+sessions = Table(
+    "sessions", metadata,
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    _required("session_id", Text, unique=True),
+    Column("version", Integer),
+    _required("cwd", Text, default=""),
+    Column("parent_session", Text),
+    Column("created", Text, doc="header timestamp as written"),
+    Column("created_ms", BigInteger, doc="header timestamp, ms since epoch"),
+    Column("activity_ms", BigInteger,
+           doc="latest user/assistant message time (Pi's list rule: message ms, else entry time)"),
+    Column("modified_ms", BigInteger, doc="latest user/assistant activity (Pi's list rule), else header time"),
+    Column("name", Text, doc="latest session_info name, trimmed"),
+    Column("first_message", Text, doc="first non-empty user text"),
+    _required("entry_count", Integer, default=0),
+    _required("message_count", Integer, default=0),
+    Column("header_seq", Integer, doc="row of the header line"),
+    _required("last_seq", Integer, default=-1, doc="row of the last physical line"),
+    Column("leaf_seq", Integer, doc="row of the last entry: the leaf on open"),
+    _required("pi_valid", Boolean, default=True, doc="Pi would open this file"),
+    _required("pi_listable", Boolean, default=True, doc="Pi's list() would show it"),
+    _required("has_conversation", Boolean, default=False, doc="holds a user/assistant message"),
+    Column("migrated_from", Text, doc="header version before migration"),
+    Column("source_path", Text),
+    Column("source_sha256", String(64)),
+    Column("source_bytes", BigInteger),
+    Column("source_mtime_ms", BigInteger),
     # ownership (migration 0004, docs/design.md "Many writers, one truth")
-    row_version: Mapped[int] = mapped_column(
-        BigInteger, server_default="0", doc="write transactions that changed the session (optimistic writes)"
-    )
-    claim_owner: Mapped[str | None] = mapped_column(Text, doc="the writer holding the session's claim")
-    claim_token: Mapped[int] = mapped_column(
-        BigInteger, server_default="0", doc="fencing token: grows with every claim, never goes back"
-    )
-    claim_expires_ms: Mapped[int | None] = mapped_column(BigInteger, doc="when another writer may take over")
-    diverged_seq: Mapped[int | None] = mapped_column(
-        Integer, doc="first row the store wrote to a session imported from a file (NULL: the file's history)"
-    )
-
+    _required("row_version", BigInteger, server_default="0",
+              doc="write transactions that changed the session (optimistic writes)"),
+    Column("claim_owner", Text, doc="the writer holding the session's claim"),
+    _required("claim_token", BigInteger, server_default="0",
+              doc="fencing token: grows with every claim, never goes back"),
+    Column("claim_expires_ms", BigInteger, doc="when another writer may take over"),
+    Column("diverged_seq", Integer,
+           doc="first row the store wrote to a session imported from a file (NULL: the file's history)"),
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
-    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"))
+    Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"),
+)
 
-
-class EntryRow(Base):
-    """One physical line of a session file (see the module docstring for the derived columns)."""
-
-    __tablename__ = "entries"
-
-    pk: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(
-        String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"
-    )
-    entry_id: Mapped[str | None] = mapped_column(Text)
-    parent_id: Mapped[str | None] = mapped_column(Text)
-    type: Mapped[str | None] = mapped_column(Text)
-    role: Mapped[str | None] = mapped_column(Text, doc="message role for type='message'")
-    target_id: Mapped[str | None] = mapped_column(Text, doc="targetId of label / context_edit")
-    timestamp: Mapped[str | None] = mapped_column(Text)
-    line: Mapped[str] = mapped_column(Text)
-    raw: Mapped[bytes | None] = mapped_column(LargeBinary)
-    eol: Mapped[str] = mapped_column(String(2), default="\n")
-    parent_seq: Mapped[int | None] = mapped_column(Integer)
-    depth: Mapped[int | None] = mapped_column(Integer)
-    run_start: Mapped[int | None] = mapped_column(Integer)
-    compaction_seq: Mapped[int | None] = mapped_column(Integer)
-    thinking_seq: Mapped[int | None] = mapped_column(Integer)
-    model_seq: Mapped[int | None] = mapped_column(Integer)
-    superseded: Mapped[bool] = mapped_column(Boolean, default=False)
+# One physical line of a session file (see the module docstring for the derived columns).
+entries = Table(
+    "entries", metadata,
+    Column("pk", RowId, primary_key=True, autoincrement=True),
+    _required("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE")),
+    _required("seq", Integer),
+    _required("kind", String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"),
+    Column("entry_id", Text),
+    Column("parent_id", Text),
+    Column("type", Text),
+    Column("role", Text, doc="message role for type='message'"),
+    Column("target_id", Text, doc="targetId of label / context_edit"),
+    Column("timestamp", Text),
+    _required("line", Text),
+    Column("raw", LargeBinary),
+    _required("eol", String(2), default="\n"),
+    Column("parent_seq", Integer),
+    Column("depth", Integer),
+    Column("run_start", Integer),
+    Column("compaction_seq", Integer),
+    Column("thinking_seq", Integer),
+    Column("model_seq", Integer),
+    _required("superseded", Boolean, default=False),
     # analysis columns (store.analysis.extract): never NULL, '' / 0 / '{}' when the row has none
-    search_text: Mapped[str] = mapped_column(Text, server_default="", doc="plain text, then other searchable text")
-    facts: Mapped[str] = mapped_column(Json, server_default="{}", doc="per-type analysis fields (a JSON object)")
-    provider: Mapped[str] = mapped_column(Text, server_default="", doc="provider billed for this row's usage")
-    model: Mapped[str] = mapped_column(Text, server_default="", doc="model billed for this row's usage")
-    has_usage: Mapped[int] = mapped_column(SmallInteger, server_default="0", doc="1: Pi's /session counts it")
-    usage_input: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_output: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cache_read: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cache_write: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    usage_cost: Mapped[float] = mapped_column(Double, server_default="0", doc="cost.total")
+    _required("search_text", Text, server_default="", doc="plain text, then other searchable text"),
+    _required("facts", Json, server_default="{}", doc="per-type analysis fields (a JSON object)"),
+    _required("provider", Text, server_default="", doc="provider billed for this row's usage"),
+    _required("model", Text, server_default="", doc="model billed for this row's usage"),
+    _required("has_usage", SmallInteger, server_default="0", doc="1: Pi's /session counts it"),
+    _required("usage_input", BigInteger, server_default="0"),
+    _required("usage_output", BigInteger, server_default="0"),
+    _required("usage_cache_read", BigInteger, server_default="0"),
+    _required("usage_cache_write", BigInteger, server_default="0"),
+    _required("usage_cost", Double, server_default="0", doc="cost.total"),
+    UniqueConstraint("session_pk", "seq"),
+    Index(None, "session_pk", "entry_id", "seq"),
+    Index(None, "session_pk", "parent_id"),
+    # partial: the common message rows stay out of these two (fewer pages written per append)
+    Index(None, "session_pk", "type", "seq", sqlite_where=text("type <> 'message'"),
+          postgresql_where=text("type <> 'message'")),
+    Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
+          postgresql_where=text("target_id IS NOT NULL")),
+    # usage totals per session and the models it used, read from the index alone (list, stats)
+    Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
+          "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
+          postgresql_where=text("has_usage = 1")),
+)
 
-    __table_args__ = (
-        UniqueConstraint("session_pk", "seq"),
-        Index(None, "session_pk", "entry_id", "seq"),
-        Index(None, "session_pk", "parent_id"),
-        # partial: the common message rows stay out of these two (fewer pages written per append)
-        Index(None, "session_pk", "type", "seq", sqlite_where=text("type <> 'message'"),
-              postgresql_where=text("type <> 'message'")),
-        Index(None, "session_pk", "target_id", sqlite_where=text("target_id IS NOT NULL"),
-              postgresql_where=text("target_id IS NOT NULL")),
-        # usage totals per session and the models it used, read from the index alone (list, stats)
-        Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
-              "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
-              postgresql_where=text("has_usage = 1")),
-    )
+# One imported source file: the stored prefix of it (see migration 0002).
+imports = Table(
+    "imports", metadata,
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    _required("source_path", Text, unique=True, doc="absolute path of the file"),
+    _required("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), index=True),
+    _required("source_bytes", BigInteger, doc="length of the stored prefix of the file"),
+    _required("source_sha256", String(64), doc="sha256 of that prefix"),
+    Column("source_mtime_ms", BigInteger),
+    _required("revision", Integer, doc="imports of this path that stored new bytes"),
+    _required("imported_ms", BigInteger, doc="when the last of them committed"),
+)
 
-
-sessions = SessionRow.__table__
-entries = EntryRow.__table__
-
-
-class ImportRow(Base):
-    """One imported source file: the stored prefix of it (see migration 0002)."""
-
-    __tablename__ = "imports"
-
-    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    source_path: Mapped[str] = mapped_column(Text, unique=True, doc="absolute path of the file")
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), index=True)
-    source_bytes: Mapped[int] = mapped_column(BigInteger, doc="length of the stored prefix of the file")
-    source_sha256: Mapped[str] = mapped_column(String(64), doc="sha256 of that prefix")
-    source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
-    revision: Mapped[int] = mapped_column(Integer, doc="imports of this path that stored new bytes")
-    imported_ms: Mapped[int] = mapped_column(BigInteger, doc="when the last of them committed")
-
-
-imports = ImportRow.__table__
-
-
-class ToolCallPairRow(Base):
-    """One ``toolCall`` block of an assistant message and the tool result that answers it: the
-    first later ``toolResult`` message of the session with its ``toolCallId`` (``result_seq``
-    NULL while there is none). Kept by ``store.analysis.pairs`` when rows are written; read by
-    the ``tool_calls`` view (migration 0006). Rows follow their call's row: deleted with it,
-    renumbered with it (the foreign key's actions)."""
-
-    __tablename__ = "tool_call_pairs"
-
-    session_pk: Mapped[int] = mapped_column(Integer, primary_key=True)
-    call_seq: Mapped[int] = mapped_column(Integer, primary_key=True, doc="seq of the assistant message")
-    call_index: Mapped[int] = mapped_column(Integer, primary_key=True, doc="position among its tool calls")
-    tool_call_id: Mapped[str | None] = mapped_column(Text)
-    name: Mapped[str | None] = mapped_column(Text)
-    call_ms: Mapped[int | None] = mapped_column(BigInteger, doc="the call's timestamp, ms since the epoch")
-    result_seq: Mapped[int | None] = mapped_column(Integer, doc="seq of the answering toolResult message")
-    is_error: Mapped[int | None] = mapped_column(Integer, doc="the result's isError (0/1), if it has one")
-    result_chars: Mapped[int | None] = mapped_column(Integer, doc="length of the result's plain text")
-    duration_ms: Mapped[int | None] = mapped_column(BigInteger, doc="result timestamp minus call timestamp")
-
-    __table_args__ = (
-        ForeignKeyConstraint(["session_pk", "call_seq"], ["entries.session_pk", "entries.seq"],
-                             ondelete="CASCADE", onupdate="CASCADE"),
-        # the calls still waiting for a result: what a newly written result is matched against
-        Index("ix_tool_call_pairs_open", "session_pk", "tool_call_id", sqlite_where=text("result_seq IS NULL"),
-              postgresql_where=text("result_seq IS NULL")),
-    )
-
-
-tool_call_pairs = ToolCallPairRow.__table__
-
-metadata = Base.metadata  # the tables, for Alembic and for code that needs no mapped classes
+# One ``toolCall`` block of an assistant message and the tool result that answers it: the first
+# later ``toolResult`` message of the session with its ``toolCallId`` (``result_seq`` NULL while
+# there is none). Kept by ``store.analysis.pairs`` when rows are written; read by the
+# ``tool_calls`` view (migration 0006). Rows follow their call's row: deleted with it,
+# renumbered with it (the foreign key's actions).
+tool_call_pairs = Table(
+    "tool_call_pairs", metadata,
+    Column("session_pk", Integer, primary_key=True),
+    Column("call_seq", Integer, primary_key=True, doc="seq of the assistant message"),
+    Column("call_index", Integer, primary_key=True, doc="position among its tool calls"),
+    Column("tool_call_id", Text),
+    Column("name", Text),
+    Column("call_ms", BigInteger, doc="the call's timestamp, ms since the epoch"),
+    Column("result_seq", Integer, doc="seq of the answering toolResult message"),
+    Column("is_error", Integer, doc="the result's isError (0/1), if it has one"),
+    Column("result_chars", Integer, doc="length of the result's plain text"),
+    Column("duration_ms", BigInteger, doc="result timestamp minus call timestamp"),
+    ForeignKeyConstraint(["session_pk", "call_seq"], ["entries.session_pk", "entries.seq"],
+                         ondelete="CASCADE", onupdate="CASCADE"),
+    # the calls still waiting for a result: what a newly written result is matched against
+    Index("ix_tool_call_pairs_open", "session_pk", "tool_call_id", sqlite_where=text("result_seq IS NULL"),
+          postgresql_where=text("result_seq IS NULL")),
+)

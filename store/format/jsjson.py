@@ -300,9 +300,11 @@ class _Close:
         self.bracket, self.container = bracket, container
 
 
-def _encode(value: Any, out: list[str]) -> None:
-    """Append the JSON text of ``value`` to ``out`` (the slow, fully general path). Iterative:
-    ``JSON.parse`` accepts any depth, so a stored value may be nested deeper than Python's stack."""
+def _encode(value: Any, out: list[str], indent: str = "") -> None:
+    """Append the JSON text of ``value`` to ``out`` (the slow, fully general path), each member on
+    its own line indented by ``indent`` per level when it is given (``JSON.stringify``'s third
+    argument). Iterative: ``JSON.parse`` accepts any depth, so a stored value may be nested deeper
+    than Python's stack."""
     pending: list[Any] = [value]  # values and tokens still to write, the next one last
     open_containers: set[int] = set()  # ids of the containers being written (a cycle would never end)
     while pending:
@@ -317,24 +319,26 @@ def _encode(value: Any, out: list[str]) -> None:
             if not value:
                 out.append("{}")
                 continue
+            inner, outer, colon = _layout(indent, len(open_containers))
             _enter(open_containers, value)
             keys = _js_key_order(value)
-            pending.append(_Close("}", id(value)))
+            pending.append(_Close(outer + "}", id(value)))
             for index in range(len(keys) - 1, -1, -1):
                 key = keys[index]
                 if not isinstance(key, str):
                     raise TypeError(f"dict keys must be str, not {type(key).__name__}")
                 pending.append(value[key])
-                pending.append(_Token(f"{',' if index else '{'}{encode_basestring(key)}:"))
+                pending.append(_Token(f"{',' if index else '{'}{inner}{encode_basestring(key)}{colon}"))
         elif kind is list or kind is tuple:
             if not value:
                 out.append("[]")
                 continue
+            inner, outer, _ = _layout(indent, len(open_containers))
             _enter(open_containers, value)
-            pending.append(_Close("]", id(value)))
+            pending.append(_Close(outer + "]", id(value)))
             for index in range(len(value) - 1, -1, -1):
                 pending.append(value[index])
-                pending.append(_Token("," if index else "["))
+                pending.append(_Token(("," if index else "[") + inner))
         elif value is None:
             out.append("null")
         elif value is True:
@@ -348,6 +352,13 @@ def _encode(value: Any, out: list[str]) -> None:
             pending.append(_plain(value))
         else:
             raise TypeError(f"{kind.__name__} is not JSON serializable")
+
+
+def _layout(indent: str, depth: int) -> tuple[str, str, str]:
+    """What goes before a member, before the closing bracket, and after a key, at ``depth``."""
+    if not indent:
+        return "", "", ":"
+    return "\n" + indent * (depth + 1), "\n" + indent * depth, ": "
 
 
 def _enter(open_containers: set[int], container: Any) -> None:
@@ -404,20 +415,22 @@ def _via_orjson(value: dict[str, Any] | list[Any]) -> str | None:
     return fixed.decode()
 
 
-def js_stringify(value: Any) -> str:
+def js_stringify(value: Any, indent: int = 0) -> str:
     """``JSON.stringify(value)`` for a JSON-like Python value (dict, list, tuple, str, int,
-    float, bool, None; subclasses count as their base type).
+    float, bool, None; subclasses count as their base type); ``indent``: ``JSON.stringify(value,
+    null, indent)``, for people to read.
 
-    No whitespace; array-index keys first in ascending order, then insertion order; strings
-    escaped like JavaScript (lone surrogates as ``\\udxxx``, everything else non-ASCII raw);
-    numbers as ``js_number``, non-finite ones as ``null``.  Non-str dict keys raise TypeError.
+    No whitespace (unless indented); array-index keys first in ascending order, then insertion
+    order; strings escaped like JavaScript (lone surrogates as ``\\udxxx``, everything else
+    non-ASCII raw); numbers as ``js_number``, non-finite ones as ``null``.  Non-str dict keys
+    raise TypeError.
     """
-    if type(value) is dict or type(value) is list:
+    if not indent and (type(value) is dict or type(value) is list):
         text = _via_orjson(value)
         if text is not None:
             return text
     out: list[str] = []
-    _encode(value, out)
+    _encode(value, out, " " * min(indent, 10))
     text = "".join(out)
     try:
         text.encode("utf-8")

@@ -78,13 +78,6 @@ class Summary:
                 "entries": self.entries, "bytes": self.bytes, "warnings": self.warnings, "failed": self.failed,
                 "seconds": round(self.seconds, 3)}
 
-    def render(self) -> str:
-        statuses = ", ".join(f"{count} {status}" for status, count in sorted(self.statuses.items()))
-        rate = f", {self.bytes / 1e6 / self.seconds:.1f} MB/s" if self.seconds > 0 and self.bytes else ""
-        return (f"{self.files} file{'s' * (self.files != 1)} ({statuses or 'none'}): {len(self.sessions)} "
-                f"session{'s' * (len(self.sessions) != 1)} stored, {self.entries} entries, {self.bytes} bytes read, "
-                f"{self.warnings} warning{'s' * (self.warnings != 1)} in {self.seconds:.1f} s{rate}")
-
 
 def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
                prefer: str | None = None, keep_non_sessions: bool = False,

@@ -94,8 +94,9 @@ class Health:
         if verdict == DAMAGED:
             return "damaged: " + "; ".join(self.damage)
         if verdict == DIVERGED:
-            return (f"diverged (+{self.added_rows} rows, {self.added_entries} entries after line "
-                    f"{self.file_lines})")
+            rows, entries = self.added_rows, self.added_entries
+            return (f"diverged (+{rows} row{'s' * (rows != 1)}, {entries} entr{'y' if entries == 1 else 'ies'} "
+                    f"after line {self.file_lines})")
         if verdict == API:
             return "api (tree ok)"
         return verdict

@@ -400,3 +400,14 @@ def test_stringify_random_structures_match_the_reference_encoder() -> None:
 )
 def test_js_string(value: object, expected: str) -> None:
     assert js_string(value) == expected
+
+
+def test_stringify_indented_like_json_stringify_with_indent() -> None:
+    """``js_stringify(v, indent=2)`` is ``JSON.stringify(v, null, 2)`` (pasted from node)."""
+    value = {"b": [1, {}, [], {"x": 1e21, "y": "\udc80 é", "z": [[None, True]]}], "1": -0.5, "e": "", "o": {"k": {}}}
+    expected = ("{\n  \"1\": -0.5,\n  \"b\": [\n    1,\n    {},\n    [],\n    {\n      \"x\": 1e+21,\n      \"y\": "
+                "\"\\udc80 é\",\n      \"z\": [\n        [\n          null,\n          true\n        ]\n"
+                "      ]\n    }\n  ],\n  \"e\": \"\",\n  \"o\": {\n    \"k\": {}\n  }\n}")
+    assert js_stringify(value, indent=2) == expected
+    assert js_stringify(value, indent=0) == js_stringify(value) == "".join(
+        line.strip().replace('": ', '":') for line in expected.splitlines())
