@@ -28,7 +28,7 @@ from sqlalchemy import Engine, text
 
 from store.analysis.stats import Tokens
 from store.db import queries
-from store.db.engine import read_transaction
+from store.db.engine import is_sqlite, read_transaction
 from store.money import reported_cost
 
 BY = ("day", "model", "cwd", "tool")
@@ -118,6 +118,10 @@ def breakdown(
     if by not in BY:
         raise ValueError(f"by must be one of {', '.join(BY)}, not {by!r}")
     with read_transaction(engine) as conn:
+        if not is_sqlite(conn):
+            # an aggregate over every row is estimated past jit_above_cost, and compiling its plan
+            # takes longer than running it (measured at 100k entries: 3.0 s of JIT, 0.76 s without)
+            conn.execute(text("SET LOCAL jit = off"))
         params: dict[str, object] = {"since": since, "until": until}
         where = ""
         if session_id is not None:
