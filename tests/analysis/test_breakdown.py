@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from store.analysis.readonly import run_sql
 from store.cli import main
 from store.money import reported_cost
 from tests.analysis.conftest import History
@@ -221,3 +222,35 @@ def test_the_cli_offers_every_grouping() -> None:
     from store.cli import analysis
 
     assert analysis.BY == breakdown.BY == BY
+
+
+def test_the_documented_activity_query_gives_the_by_day_rows(history: History) -> None:
+    """docs/sql.md's query over ``activity`` prints what ``stats --by day`` prints."""
+    doc = (Path(__file__).parents[2] / "docs" / "sql.md").read_text("utf-8")
+    sql = doc.split("### `activity`", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    result = run_sql(history.store.engine, sql)
+    got = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+    want = stats_by(history, "--by", "day")["rows"]
+    assert sorted(
+        (
+            r["day"] or "~",
+            r["sessions"],
+            r["messages"],
+            r["tool_calls"],
+            r["tool_errors"],
+            r["tokens"],
+            reported_cost(r["cost"]),
+        )
+        for r in got
+    ) == sorted(
+        (
+            r["key"] or "~",
+            r["sessions"],
+            r["messages"],
+            r["toolCalls"],
+            r["toolErrors"],
+            r["tokens"]["total"],
+            r["cost"],
+        )
+        for r in want
+    )
