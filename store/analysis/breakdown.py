@@ -61,8 +61,8 @@ _CALL_ROW = "JOIN entries AS a ON a.session_pk = p.session_pk AND a.seq = p.call
 @dataclass(frozen=True, slots=True)
 class Group:
     """One group's totals (``key``: the day, ``provider/model``, cwd or tool name; None where the
-    rows have none). For ``tool``, ``messages`` ... ``tool_results`` hold what a tool's calls
-    have (``tool_results``: its answered calls) and the message and usage fields are None."""
+    rows have none). For ``tool``, ``tool_results`` counts the tool's answered calls, and the
+    message and usage fields are None."""
 
     key: str | None
     sessions: int
