@@ -99,8 +99,8 @@ def test_every_table_and_view_page_answers(served) -> None:
         assert "rows" in page, name
         if name in VIEWS or name in ("sessions", "entries", "tool_call_pairs"):
             assert page["rows"], name  # the store's history is in every view
-    for name, facets in (("tool_calls", {"name", "is_error"}), ("activity", {"day", "model", "source"}),
-                         ("entries", {"type", "role", "kind"})):  # the metadata's facets (a timed-out one is left out)
+    for name, facets in (("tool_calls", {"name", "is_error"}), ("activity", {"day", "model"}),
+                         ("entries", {"type", "role"})):  # the metadata's facets (a timed-out one is left out)
         page = fetch(client, f"/history/{name}.json?_size=1")
         assert facets <= set(page["facet_results"]) and all(page["facet_results"][f]["results"] for f in facets)
 
