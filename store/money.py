@@ -6,9 +6,10 @@ rounding errors, PostgreSQL adds in scan order. Their results differ in the last
 (49.70098325 against 49.700983250000014), far below a cent but enough to make two surfaces
 disagree. Every surface therefore reports ``round(sum, 10)``: ``list``, ``find_by_id``, ``stats``
 (per session, per model, all sessions) and their JSON, on either engine, and SQL over the views
-gets the same number with ``round(sum(cost), 10)`` (docs/sql.md). Prices are quoted per million
-tokens with a few decimals, so a real cost has at most ~10 significant decimal places and the
-rounding removes only the summation noise; it is Pi's number wherever Pi's has no noise.
+gets the same number with ``round(CAST(sum(cost) AS NUMERIC), 10)`` (docs/sql.md). Prices are
+quoted per million tokens with a few decimals, so a real cost has at most ~10 significant decimal
+places and the rounding removes only the summation noise; it is Pi's number wherever Pi's has no
+noise.
 Token counts are integers and are summed exactly everywhere: no rule is needed for them.
 """
 

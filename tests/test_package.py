@@ -82,6 +82,7 @@ def test_wheel_has_one_top_level_name(tmp_path: Path) -> None:
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["store"]
     assert "store/migrations/env.py" in names and "store/migrations/script.py.mako" in names
     assert any(n.startswith("store/migrations/versions/0001_") for n in names)
+    assert "store/analysis/datasette.json" in names  # pi-store path --datasette-metadata reads it
 
 
 def test_the_shared_folder_comes_from_the_environment(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ Ctrl-C. A command line added to the README that cannot run here makes this test 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SESSIONS = ROOT / "tests" / "fixtures" / "oracle" / "sessions"
 FIXTURES = ("small-seed1-0.jsonl", "small-seed2-0.jsonl", "small-seed32-0.jsonl")
+SEED1_SESSION_ID = "018da346-a275-7883-9492-51c39b129f0f"  # small-seed1-0.jsonl's
 SESSION_ID = "01922b86-b51f-7754-877a-d47a8729ab04"  # small-seed32-0: compact --dry-run has a plan
 PG_URL = re.compile(r"postgres(?:ql)?(?:\+\w+)?://\S+")
 # Commands that serve or follow until Ctrl-C: they are interrupted once they have run this long.
@@ -151,3 +153,29 @@ def test_every_use_it_line_runs(tmp_path: Path) -> None:
             assert "Traceback" not in err and not re.search(r"^Error:", err, re.M), f"{line}\n{err[-2000:]}"
     if skipped:
         pytest.skip("README lines not run: " + "; ".join(skipped))
+
+
+def test_readme_stats_and_datasette_lines_run(tmp_path: Path) -> None:
+    """The ``stats`` and Datasette lines of "Use it" run as written (SESSION: a stored session) on
+    a store of one fixture file; Datasette's lines are given ``--get`` so that they answer one
+    request and exit instead of serving (skipped when Datasette is not installed)."""
+    lines = [line.split("  #", 1)[0].strip() for line in use_it_lines()]
+    lines = [line for line in lines if line.startswith("pi-store stats") or "datasette" in line]
+    assert len(lines) >= 5, lines
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # this environment's pi-store first
+    env = {**os.environ, "PI_STORE_DB": str(tmp_path / "sessions.db"), "PATH": path}
+    fixture = SESSIONS / "small-seed1-0.jsonl"
+    subprocess.run(["pi-store", "import", str(fixture)], env=env, check=True, capture_output=True, timeout=120)
+    has_datasette = shutil.which("datasette", path=env["PATH"]) is not None
+    for line in lines:
+        command = line.replace("SESSION", SEED1_SESSION_ID)
+        if "datasette" in line:
+            if not has_datasette:
+                continue
+            command += " --get /sessions/activity.json"
+        result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and result.stdout.strip(), (line, result.stderr)
+        if "--by day --json" in line:
+            assert json.loads(result.stdout)["rows"][0]["key"] == "2024-02-13"
+        if "-m -" in line:
+            assert json.loads(result.stdout)["rows"], "the activity view through Datasette"

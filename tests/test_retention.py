@@ -29,7 +29,7 @@ from tests.retention_sessions import DAY_MS, DROPPED, branched_lines, without, w
 
 ROWS = len(branched_lines("x", 0, "w"))  # rows of one branched session
 KEPT = ROWS - len(DROPPED)
-VIEWS = ("messages", "usage_ledger", "tool_calls", "compactions", "branches", "labels")
+VIEWS = ("messages", "usage_ledger", "tool_calls", "compactions", "branches", "labels", "activity")
 POLICY = RetentionPolicy(parse_duration("30d"))
 LISTING = ("entry_count", "message_count", "first_message", "name", "activity_ms", "modified_ms", "header_seq",
            "last_seq", "leaf_seq", "has_conversation", "pi_listable")

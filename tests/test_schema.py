@@ -75,3 +75,33 @@ def test_tool_call_pairs_migration_with_data(db_url: str) -> None:
         with read_transaction(store.engine) as conn:
             assert conn.execute(query).all() == kept
             assert conn.execute(text("SELECT count(*) FROM tool_call_pairs")).scalar_one() == len(kept)
+
+
+def test_activity_migration_with_data(db_url: str) -> None:
+    """0007 adds the ``activity`` view over stored sessions and takes only it away again: down to
+    0006 the view is gone and the rest answers; up again it returns the same rows, which add up to
+    the ``stats`` totals."""
+    query = text("SELECT session_id, seq, day, cwd, source, provider, model, messages, tool_calls, tool_errors, "
+                 "tokens, cost FROM activity ORDER BY session_id, seq")
+    with SessionStore.connect(db_url) as store:
+        for path in sorted((FIXTURES / "sessions").glob("*.jsonl"))[:30]:
+            try:
+                store.import_file(path)
+            except StoreError:  # files sharing a session id: the first one stays
+                continue
+        with read_transaction(store.engine) as conn:
+            kept = conn.execute(query).all()
+        total = store.stats()
+        assert len(kept) > 300
+        assert sum(row.messages for row in kept) == total.total_messages
+        assert sum(row.tool_calls for row in kept) == total.tool_calls > 10
+        assert sum(row.tokens for row in kept) == total.tokens.total
+        config = alembic_config(store.engine)
+        command.downgrade(config, "0006")
+        assert "activity" not in inspect(store.engine).get_view_names()
+        assert "tool_calls" in inspect(store.engine).get_view_names()
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(text("SELECT count(*) FROM tool_calls")).scalar_one() == total.tool_calls
+        command.upgrade(config, "head")
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(query).all() == kept

@@ -13,7 +13,8 @@ sessions / 1,000,000 entries, against Pi listing the same sessions as JSONL in t
 3. Times (median of ``--reps``): the first page of ``list`` in each sort order, a filtered page,
    a deep page by cursor; searches (a word of one session, a middling and the most common word, a
    phrase, a prefix, one session's, path-only); the first page (``LIMIT 100``) of every view;
-   the queries of ``docs/sql.md``.
+   the queries of ``docs/sql.md``; ``stats --by`` each grouping, of all sessions and of one, as a
+   ratio to plain ``stats`` of the same sessions in the same run (``vs_stats``).
 4. Baseline: ``SessionManager.listAll(DIR)`` of the real Pi over the same files (through
    ``../shared/oracle/run.sh``; reported missing when the oracle is not installed): the ratio is
    Pi's time over ours. Pi has no search: listing is how ``/resume`` finds a session by its text.
@@ -41,6 +42,7 @@ from benchmarking import ORACLE_RUN, RESULTS, ROOT, SHARED, median_ms, record
 from sqlalchemy import text
 
 from store.analysis import VIEWS, fts
+from store.analysis.breakdown import BY, breakdown
 from store.analysis.readonly import run_sql
 from store.db.engine import is_sqlite, read_transaction
 from store.session_store import SessionStore
@@ -283,6 +285,14 @@ def main() -> None:
     for title, sql in re.findall(r"### (.+?)\n.*?```sql\n(.*?)```", doc, flags=re.S):
         ms = median_ms(lambda s=sql: run_sql(store.engine, s), max(3, args.reps // 5))
         record(op=f"docs query {title}", ms=ms)
+    # stats --by against the baseline of the same run: plain stats (totals of the same rows)
+    reps = max(3, args.reps // 5)
+    for label, only in (("all sessions", None), ("one session", session)):
+        baseline = median_ms(lambda o=only: store.stats(o), reps)
+        record(op=f"stats, {label} (baseline)", ms=baseline)
+        for by in BY:
+            ms = median_ms(lambda b=by, o=only: breakdown(store.engine, b, o), reps)
+            record(op=f"stats --by {by}, {label}", ms=ms, vs_stats=ms / baseline)
     store.close()
 
     print("\n| measurement | ours | Pi listAll, same run | ratio (Pi / ours) |\n|---|---|---|---|")

@@ -1,14 +1,15 @@
 """The analysis surface: SQL views, full-text search, usage statistics, session listing.
 
-The schema objects live in migration 0003 (``docs/sql.md`` documents them); this package holds
-what runs against them: ``extract`` (the analysis columns of a row, computed on write),
-``fts`` / ``search`` (full-text search with provenance), ``stats`` (``/session`` totals),
-``readonly`` (``pi-store sql``), ``listing`` (``pi-store list``) and ``backfill`` (recomputing).
+The schema objects live in migrations 0003, 0006 and 0007 (``docs/sql.md`` documents them); this
+package holds what runs against them: ``extract`` (the analysis columns of a row, computed on
+write), ``fts`` / ``search`` (full-text search with provenance), ``stats`` (``/session`` totals),
+``breakdown`` (``stats --by``), ``readonly`` (``pi-store sql``), ``listing`` (``pi-store list``)
+and ``backfill`` (recomputing).
 """
 
 # The documented views (docs/sql.md), in the order the documentation lists them.
 VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels",
-         "current_path")
+         "current_path", "activity")
 
 # Objects of migration 0003 that the ORM models do not describe (an FTS5 table and its shadow
 # tables, a watermark table, an expression index): schema comparisons against the models skip them.

@@ -135,14 +135,34 @@ def _hit_line(row: dict) -> str:
             f"[{_where(row['provenance'])}]  {snippet}")
 
 
+BY = ("day", "model", "cwd", "tool")  # as store.analysis.breakdown.BY (tests/analysis/test_breakdown.py checks)
+
+
 @main.command("stats")
 @click.argument("session", required=False)
-@format_options("Print one JSON document (totals, and a row per model under \"models\").")
-def stats_command(session: str | None, fmt: str | None) -> None:
+@click.option("--session", "session_option", metavar="SESSION", help="The same as the SESSION argument.")
+@click.option("--by", type=click.Choice(BY),
+              help="A row per UTC day, model, cwd or tool: usage, cost, messages, tool calls.")
+@click.option("--since", help="With --by: only entries at or after this date (ISO 8601, e.g. 2026-01-31).")
+@click.option("--until", help="With --by: only entries before this date.")
+@format_options("Print one JSON document (totals, and a row per model under \"models\"; with --by: "
+                "{by, sessionId, since, until, rows}).")
+def stats_command(session: str | None, session_option: str | None, by: str | None, since: str | None,
+                  until: str | None, fmt: str | None) -> None:
     """Messages, tool calls, tokens and cost of a session (all sessions without SESSION), per model.
 
     --nl, --csv and --tsv print the rows per model (provider, model, records, tokens, cost).
+    With --by day|model|cwd|tool, one row per day (UTC), model, working directory or tool
+    instead (docs/sql.md, "Statistics and listing"); every format prints those rows.
     """
+    if session and session_option and session != session_option:
+        raise click.UsageError("give the session once: as SESSION or as --session")
+    session = session or session_option
+    if by is not None:
+        _breakdown(session, by, since, until, fmt)
+        return
+    if since is not None or until is not None:
+        raise click.UsageError("--since and --until go with --by")
     from store.analysis.stats import session_stats
 
     stats = session_stats(current_store().engine, session)
@@ -155,6 +175,75 @@ def stats_command(session: str | None, fmt: str | None) -> None:
         click.echo(_stats_text(stats, by_model=shown == "plain"))
         if stats.models and shown == "table":
             write_rows("table", MODEL_COLUMNS, [_model_row(m.to_json()) for m in stats.models], str)
+
+
+def _breakdown(session: str | None, by: str, since: str | None, until: str | None, fmt: str | None) -> None:
+    from store.analysis.breakdown import breakdown
+
+    result = breakdown(current_store().engine, by, session, since=_iso(since, "--since"), until=_iso(until, "--until"))
+    shown = resolve(fmt)
+    if shown == "json":
+        emit(result.to_json())
+        return
+    if shown == "nl":  # the row objects of the JSON document
+        write_nl(group.to_json() for group in result.rows)
+        return
+    rows = [_flat(group.to_json()) for group in result.rows]
+    if shown == "plain":
+        for row in rows:
+            click.echo(_breakdown_line(row, tool=by == "tool"))
+        return
+    columns = (Column("key", by, text=lambda v: "-" if v is None else v), *BREAKDOWN_COLUMNS)
+    if shown == "table" and by == "tool":  # a tool has no usage of its own: empty columns left out
+        columns = tuple(c for c in columns if c.key not in _USAGE_KEYS)
+    write_rows(shown, columns, rows, str)
+
+
+def _iso(value: str | None, option: str) -> str | None:
+    """A date or time as the ISO text Pi writes (``2026-01-31T00:00:00.000Z``), for comparing timestamps."""
+    from store.format.jsdate import js_iso, parse_js_date
+
+    if value is None:
+        return None
+    ms = parse_js_date(value)
+    if ms is None:
+        raise click.BadParameter(f"not a date: {value!r}", param_hint=option)
+    return js_iso(ms)
+
+
+def _flat(doc: dict) -> dict:
+    """A breakdown row with its tokens as ``tokensInput`` ... ``tokensTotal`` (None for tools)."""
+    tokens = doc.pop("tokens") or dict.fromkeys(("input", "output", "cacheRead", "cacheWrite", "total"))
+    return {**doc, **{f"tokens{key[0].upper()}{key[1:]}": value for key, value in tokens.items()}}
+
+
+def _count(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+BREAKDOWN_COLUMNS = (
+    Column("sessions", "sessions", numeric=True, text=_count),
+    Column("messages", "messages", numeric=True, text=_count),
+    Column("userMessages", "user", numeric=True, text=_count, table=False),
+    Column("assistantMessages", "assistant", numeric=True, text=_count, table=False),
+    Column("toolResults", "results", numeric=True, text=_count, table=False),
+    Column("toolCalls", "tool calls", numeric=True, text=_count),
+    Column("toolErrors", "errors", numeric=True, text=_count),
+    *(Column(f"tokens{k}", k.lower(), numeric=True, text=_count, table=k == "Total")
+      for k in ("Input", "Output", "CacheRead", "CacheWrite", "Total")),
+    Column("cost", "cost", numeric=True, text=lambda v: "" if v is None else f"${v:.4f}"),
+)
+_USAGE_KEYS = frozenset({"messages", "userMessages", "assistantMessages", "tokensInput", "tokensOutput",
+                         "tokensCacheRead", "tokensCacheWrite", "tokensTotal", "cost"})
+
+
+def _breakdown_line(row: dict, *, tool: bool) -> str:
+    key = "-" if row["key"] is None else row["key"]
+    if tool:
+        return (f"{key}  {plural(row['toolCalls'], 'call')}  {plural(row['toolErrors'], 'error')}  "
+                f"{plural(row['sessions'], 'session')}")
+    return (f"{key}  {plural(row['messages'], 'message')}  {plural(row['toolCalls'], 'tool call')}  "
+            f"{row['tokensTotal']:,} tokens  ${row['cost']:.4f}  {plural(row['sessions'], 'session')}")
 
 
 def _model_row(doc: dict) -> dict:

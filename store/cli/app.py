@@ -323,10 +323,14 @@ def emit(value: object, *, indent: int = 0) -> None:
 
 @main.command("path")
 @click.option("--json", "as_json", is_flag=True, help='Print {"database": ..., "url": ..., "engine": ...}.')
-def path_command(as_json: bool) -> None:
+@click.option("--datasette-metadata", "metadata", is_flag=True,
+              help="Print Datasette metadata for this SQLite store (titles, descriptions, facets, queries).")
+def path_command(as_json: bool, metadata: bool) -> None:
     """Print the database: a SQLite file's path, else its URL (password masked).
 
-    So ``datasette "$(pi-store path)"`` opens a SQLite store. Nothing is opened or created.
+    So ``datasette "$(pi-store path)"`` opens a SQLite store, and
+    ``pi-store path --datasette-metadata | datasette "$(pi-store path)" -m -`` opens it with the
+    metadata shipped with the package (store/analysis/datasette.json). Nothing is opened or created.
     """
     from store.db.engine import normalize_url, sqlite_path
     from store.db.faults import masked_url
@@ -334,8 +338,22 @@ def path_command(as_json: bool) -> None:
     url = current_url()
     path = sqlite_path(url)
     database = str(path) if path is not None else masked_url(url)
-    if as_json:
+    if metadata:
+        if path is None:
+            raise click.ClickException(f"Datasette opens SQLite files, not {database}")
+        emit(datasette_metadata(path))
+    elif as_json:
         emit({"database": database, "url": masked_url(url), "engine": normalize_url(url).get_backend_name(),
               "exists": path.exists() if path is not None else None})
     else:
         click.echo(database)
+
+
+def datasette_metadata(path: Path) -> dict:
+    """The package's Datasette metadata for the SQLite file ``path``: Datasette names a database
+    after its file (``sessions.db``: ``sessions``), and the metadata of a database under its name."""
+    import json
+
+    shipped = json.loads((Path(__file__).parents[1] / "analysis" / "datasette.json").read_text("utf-8"))
+    (database,) = shipped["databases"].values()
+    return {**shipped, "databases": {path.stem: database}}

@@ -84,3 +84,57 @@ def pi_stats(entries: list[Any]) -> dict[str, Any]:
                 stats["toolCalls"] += sum(isinstance(b, dict) and b.get("type") == "toolCall" for b in content)
             add(message.get("usage"))
     return stats
+
+
+def _model_key(provider: Any, model: Any) -> str | None:
+    """``provider/model`` as ``stats --by model`` names a row's model (None without one)."""
+    provider = provider if isinstance(provider, str) else ""
+    if not isinstance(model, str) or not model:
+        return None
+    return f"{provider}/{model}" if provider else model
+
+
+def pi_activity(entries: list[Any], cwd: str) -> list[dict[str, Any]]:
+    """One record per entry Pi's ``/session`` counts (every message, every usage-bearing entry):
+    its day (the timestamp's first ten characters), cwd, model key, role, its tool calls as
+    ``(name, failed)`` pairs (``failed``: the first later result with the call's id says
+    ``isError: true``; None while unanswered) and its usage read by the store's rule."""
+    records: list[dict[str, Any]] = []
+    waiting: dict[str, list[list]] = {}  # tool-call id -> the unanswered calls [name, failed]
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("type")
+        message = entry.get("message") if kind == "message" else None
+        role = message.get("role") if isinstance(message, dict) else None
+        usage = None
+        model = None
+        calls: list[list] = []
+        if kind == "usage" or (kind in ("branch_summary", "compaction") and _truthy(entry.get("usage"))):
+            usage = entry.get("usage")
+            if kind == "usage":
+                model = _model_key(entry.get("provider"), entry.get("model"))
+        elif role == "toolResult":
+            usage = message.get("usage") if _truthy(message.get("usage")) else None
+            call_id = message.get("toolCallId")
+            for call in waiting.pop(call_id, []) if isinstance(call_id, str) else []:
+                call[1] = message.get("isError") is True
+        elif role == "assistant":
+            usage = message.get("usage")
+            model = _model_key(message.get("provider"), message.get("model"))
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "toolCall":
+                    name = block.get("name")
+                    call = [name if isinstance(name, str) else None, None]
+                    calls.append(call)
+                    if isinstance(block.get("id"), str):
+                        waiting.setdefault(block["id"], []).append(call)
+        if kind != "message" and not isinstance(usage, dict):
+            continue
+        sums = pi_stats([{"type": "usage", "usage": usage}]) if isinstance(usage, dict) else pi_stats([])
+        timestamp = entry.get("timestamp")
+        records.append({"day": timestamp[:10] if isinstance(timestamp, str) else None, "timestamp": timestamp,
+                        "cwd": cwd, "model": model, "message": kind == "message", "role": role, "calls": calls,
+                        **{key: sums[key] for key in ("input", "output", "cacheRead", "cacheWrite", "cost")}})
+    return records

@@ -80,7 +80,8 @@ def _normal(value: Any) -> Any:
     return value
 
 
-VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels")
+VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels",
+         "activity")
 
 
 def test_both_engines_give_the_same_rows(tmp_path: Path) -> None:

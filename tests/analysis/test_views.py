@@ -170,6 +170,6 @@ def test_labels_resolve_like_pi(history: History) -> None:
 
 
 @pytest.mark.parametrize("view", ["sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions",
-                                  "branches", "labels", "current_path"])
+                                  "branches", "labels", "current_path", "activity"])
 def test_every_view_answers(history: History, view: str) -> None:
     assert rows(history, f"SELECT count(*) AS n FROM {view}")[0].n > 0
