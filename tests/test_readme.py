@@ -36,7 +36,7 @@ SEED1_SESSION_ID = "018da346-a275-7883-9492-51c39b129f0f"  # small-seed1-0.jsonl
 SESSION_ID = "01922b86-b51f-7754-877a-d47a8729ab04"  # small-seed32-0: compact --dry-run has a plan
 PG_URL = re.compile(r"postgres(?:ql)?(?:\+\w+)?://\S+")
 # Commands that serve or follow until Ctrl-C: they are interrupted once they have run this long.
-LONG_RUNNING = re.compile(r"--watch\b|\bpi-store\b.*\bserve\b|^datasette\b")
+LONG_RUNNING = re.compile(r"--watch\b|\bpi-store\b.*\bserve\b|(?:^|\|\s*)datasette\b")
 RUNS_FOR_S = 5
 LINE_TIMEOUT_S = 120
 
