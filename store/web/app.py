@@ -174,10 +174,10 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         params = request.query_params
         opened = params.getlist("open")
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
-        doc, branch = data.load_session(store, session_id, params.get("leaf") or None, opened, tail)
-        context = data.context_view(store, session_id, doc["selectedId"]) if doc["selectedId"] else None
-        return page("session.html", doc=doc, info=doc["session"], branch=branch, ctx_tail=CONTEXT_TAIL,
-                    ctx_all=params.get("ctx") == "all",
+        ctx_tail = None if params.get("ctx") == "all" else CONTEXT_TAIL
+        doc, branch, context = data.session_view(store, session_id, params.get("leaf") or None, opened, tail,
+                                                 context=True, context_tail=ctx_tail)
+        return page("session.html", doc=doc, info=doc["session"], branch=branch,
                     skipped=len(doc["pathIds"]) - len(branch),
                     context=context, opened=opened, keep=str(data.KEEP))
 
