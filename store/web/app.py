@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -110,8 +111,20 @@ def session_url(session_id: str, leaf: str | None = None, opened: list[str] | tu
         params.append(("all", "1"))
     if ctx_all:
         params.append(("ctx", "all"))
-    url = f"/sessions/{quote(session_id, safe='')}" + (f"?{urlencode(params)}" if params else "")
-    return url + (f"#{quote(anchor, safe='')}" if anchor else "")
+    # urlencode's form, with each value quoted once per page rather than once per link
+    query = "&".join(f"{key}={_quote_plus(value)}" for key, value in params)
+    url = f"/sessions/{_quote(session_id)}" + (f"?{query}" if params else "")
+    return url + (f"#{_quote(anchor)}" if anchor else "")
+
+
+@lru_cache(maxsize=8192)
+def _quote(text: str) -> str:
+    return quote(text, safe="")
+
+
+@lru_cache(maxsize=8192)
+def _quote_plus(text: str) -> str:
+    return quote_plus(str(text))
 
 
 def list_url(params: dict[str, str], **more: str | None) -> str:
