@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from store.errors import SessionNotFound, StoreError
 from store.format import js_stringify
+from store.gc_pause import gc_paused
 from store.session_store import SessionStore
 from store.tree_view import content_summary, one_line
 from store.web import charts, data, render
@@ -156,8 +157,11 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
 
     def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:  # synchronous: Starlette runs it in its thread pool
+            # the parsed entries (no reference cycles) are freed by reference counting when the
+            # handler returns: with the collector paused until then it never scans them
             try:
-                return handler(request)
+                with gc_paused():
+                    return handler(request)
             except StoreError as exc:
                 return failure(request, exc)
         return endpoint
