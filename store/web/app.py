@@ -120,12 +120,12 @@ def session_url(session_id: str, leaf: str | None = None, opened: list[str] | tu
 
 @lru_cache(maxsize=8192)
 def _quote(text: str) -> str:
-    return quote(text, safe="")
+    return quote(text, safe="", errors="surrogatepass")  # ids may hold lone surrogates (JSON allows them)
 
 
 @lru_cache(maxsize=8192)
 def _quote_plus(text: str) -> str:
-    return quote_plus(str(text))
+    return quote_plus(str(text), errors="surrogatepass")
 
 
 def list_url(params: dict[str, str], **more: str | None) -> str:
