@@ -74,8 +74,16 @@ class TreeItem:
     def outline_node(self) -> dict:
         """This node's fields of :meth:`outline_json`, without its children."""
         kind = "folded" if self.kind == "fold" else self.role or self.type or "?"
-        return {"id": self.entry_id, "kind": kind, "text": self.text, "label": self.label, "onPath": self.on_path,
-                "leaf": self.is_leaf, "folded": self.folded, "children": []}
+        return {
+            "id": self.entry_id,
+            "kind": kind,
+            "text": self.text,
+            "label": self.label,
+            "onPath": self.on_path,
+            "leaf": self.is_leaf,
+            "folded": self.folded,
+            "children": [],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +95,34 @@ class TreeRow:
 
     def to_json(self) -> dict:
         item = self.item
-        out = {"kind": item.kind, "indent": self.indent, "id": item.entry_id, "type": item.type, "role": item.role,
-               "text": item.text, "label": item.label, "children": item.branches, "onPath": item.on_path,
-               "leaf": item.is_leaf, "selected": item.selected}
+        out = {
+            "kind": item.kind,
+            "indent": self.indent,
+            "id": item.entry_id,
+            "type": item.type,
+            "role": item.role,
+            "text": item.text,
+            "label": item.label,
+            "children": item.branches,
+            "onPath": item.on_path,
+            "leaf": item.is_leaf,
+            "selected": item.selected,
+        }
         if item.kind == "fold":
             out.update(folded=item.folded, foldKey=item.fold_key, lastId=item.last_id)
         return out
 
 
-def tree_structure(roots: list[TreeNode], *, leaf_id: str | None, path_ids: Iterable[Any] = (),
-                   selected_id: str | None = None, open_folds: Iterable[str] = (), min_fold: int | None = MIN_FOLD,
-                   summaries: Callable[[Sequence[Any]], Sequence[str]] | None = None) -> list[TreeItem]:
+def tree_structure(
+    roots: list[TreeNode],
+    *,
+    leaf_id: str | None,
+    path_ids: Iterable[Any] = (),
+    selected_id: str | None = None,
+    open_folds: Iterable[str] = (),
+    min_fold: int | None = MIN_FOLD,
+    summaries: Callable[[Sequence[Any]], Sequence[str]] | None = None,
+) -> list[TreeItem]:
     """The items of the tree under ``roots`` (``build_tree``'s result), children in Pi's order;
     ``path_ids``: the root→selected path, marked; runs of ``min_fold`` or more plain entries
     folded (None: none), except those whose first entry id is in ``open_folds``;
@@ -164,9 +189,18 @@ def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str 
     message = entry.get("message") if kind == "message" and isinstance(entry.get("message"), dict) else None
     role = message.get("role") if message is not None and isinstance(message.get("role"), str) else None
     label = node.label if isinstance(node.label, str) else None
-    return TreeItem("entry", entry_id, kind, role, label=label, branches=len(node.children),
-                    on_path=entry_id in path, is_leaf=entry_id is not None and entry_id == leaf_id,
-                    selected=entry_id is not None and entry_id == selected_id, entry=node.entry)
+    return TreeItem(
+        "entry",
+        entry_id,
+        kind,
+        role,
+        label=label,
+        branches=len(node.children),
+        on_path=entry_id in path,
+        is_leaf=entry_id is not None and entry_id == leaf_id,
+        selected=entry_id is not None and entry_id == selected_id,
+        entry=node.entry,
+    )
 
 
 def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
@@ -179,8 +213,9 @@ def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
         counts[key] = counts.get(key, 0) + 1
     text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     first, last = (value if isinstance(value := _id(node), str) else None for node in (run[0], run[-1]))
-    return TreeItem("fold", None, None, None, text, on_path=first in path, folded=len(run), fold_key=first,
-                    last_id=last)
+    return TreeItem(
+        "fold", None, None, None, text, on_path=first in path, folded=len(run), fold_key=first, last_id=last
+    )
 
 
 def layout(items: list[TreeItem]) -> list[TreeRow]:
@@ -224,7 +259,7 @@ def tree_rows(roots: list[TreeNode], **options: Any) -> list[TreeRow]:
 def one_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def content_summary(content: Any) -> str:

@@ -59,8 +59,14 @@ def start_before(tree: Path, url: str) -> tuple[subprocess.Popen, str]:
     """``pi-store serve`` of the code in ``tree`` (its own package first on the path)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    process = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", url, "serve", "--port", str(port)],
-                               cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "store.cli", "--db", url, "serve", "--port", str(port)],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
         if process.poll() is not None:
@@ -89,9 +95,17 @@ def measure(servers: dict[str, tuple[str, int]], reps: int) -> None:
                 cpu[label] += cpu_ms(pid) - used
                 times[label].append(elapsed)
         for label in servers:
-            record(bench="serve", code=label, page=name, path=path, median_ms=round(statistics.median(times[label]), 1),
-                   best_ms=round(min(times[label]), 1), server_cpu_ms=round(cpu[label] / reps, 1), bytes=sizes[label],
-                   load1=round(os.getloadavg()[0], 2))
+            record(
+                bench="serve",
+                code=label,
+                page=name,
+                path=path,
+                median_ms=round(statistics.median(times[label]), 1),
+                best_ms=round(min(times[label]), 1),
+                server_cpu_ms=round(cpu[label] / reps, 1),
+                bytes=sizes[label],
+                load1=round(os.getloadavg()[0], 2),
+            )
 
 
 def main() -> None:
@@ -108,8 +122,9 @@ def main() -> None:
         tree = folder / "before"
         try:
             if args.before:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), args.before],
-                               check=True)
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), args.before], check=True
+                )
                 # the editable install maps store.migrations to this checkout's; the old tree gets its own
                 (tree / "store" / "migrations").symlink_to(tree / "migrations", target_is_directory=True)
                 process, base = start_before(tree, url)
@@ -128,17 +143,23 @@ def main() -> None:
     for r in RESULTS:
         by_page.setdefault(r["page"], {})[r["code"]] = r
     heads = [f"{label} median (best) ms | {label} server CPU ms" for label in servers]
-    print(f"\n| page | {' | '.join(heads)} | KiB now |{' now / before (median, CPU) |' if args.before else ''}",
-          file=sys.stderr)
+    print(
+        f"\n| page | {' | '.join(heads)} | KiB now |{' now / before (median, CPU) |' if args.before else ''}",
+        file=sys.stderr,
+    )
     print("|---" * (2 * len(servers) + 2 + bool(args.before)) + "|", file=sys.stderr)
     for page, rows in by_page.items():
-        cells = " | ".join(f"{rows[label]['median_ms']} ({rows[label]['best_ms']}) | {rows[label]['server_cpu_ms']}"
-                           for label in servers)
+        cells = " | ".join(
+            f"{rows[label]['median_ms']} ({rows[label]['best_ms']}) | {rows[label]['server_cpu_ms']}"
+            for label in servers
+        )
         ratio = ""
         if args.before:
             now, before = rows["now"], rows["before"]
-            ratio = (f" {now['median_ms'] / before['median_ms']:.2f}, "
-                     f"{now['server_cpu_ms'] / max(before['server_cpu_ms'], 0.1):.2f} |")
+            ratio = (
+                f" {now['median_ms'] / before['median_ms']:.2f}, "
+                f"{now['server_cpu_ms'] / max(before['server_cpu_ms'], 0.1):.2f} |"
+            )
         print(f"| {page} | {cells} | {rows['now']['bytes'] // 1024} |{ratio}", file=sys.stderr)
     print(f"(root {ROOT}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", file=sys.stderr)
 

@@ -10,9 +10,17 @@ import click
 from store.cli.app import current_store, main
 from store.cli.output import Column, format_options, resolve, write_json_list, write_rows
 
-TREE_COLUMNS = (Column("id", "id"), Column("parentId", "parent"), Column("depth", "depth"), Column("kind", "kind"),
-                Column("label", "label"), Column("onPath", "onPath"), Column("leaf", "leaf"),
-                Column("folded", "folded"), Column("text", "text"))
+TREE_COLUMNS = (
+    Column("id", "id"),
+    Column("parentId", "parent"),
+    Column("depth", "depth"),
+    Column("kind", "kind"),
+    Column("label", "label"),
+    Column("onPath", "onPath"),
+    Column("leaf", "leaf"),
+    Column("folded", "folded"),
+    Column("text", "text"),
+)
 DRAWN_CHARS = 70
 
 
@@ -70,7 +78,7 @@ def _draw(roots: list) -> Iterator[str]:
         else:
             kind = item.role or item.type or "?"
             label = f" [{_printable(item.label)}]" if item.label else ""
-            text = item.text if len(item.text) <= DRAWN_CHARS else item.text[:DRAWN_CHARS - 1] + "…"
+            text = item.text if len(item.text) <= DRAWN_CHARS else item.text[: DRAWN_CHARS - 1] + "…"
             head = f"{_printable(item.entry_id)} {kind}{label}: {_printable(text)}"
         line = f"{prefix}{connector}{mark}{head}"
         yield click.style(line, bold=True) if item.on_path else line

@@ -65,8 +65,9 @@ def test_readme_commands_run(tmp_path: Path) -> None:
     (process, base), env = run_readme_command(token, url)
     try:
         assert "--host" in token and httpx.get(base + "/api/sessions", timeout=60).status_code == 401
-        answer = httpx.get(base + "/api/sessions", headers={"X-Pi-Store-Token": env["PI_STORE_SERVE_TOKEN"]},
-                           timeout=60)
+        answer = httpx.get(
+            base + "/api/sessions", headers={"X-Pi-Store-Token": env["PI_STORE_SERVE_TOKEN"]}, timeout=60
+        )
         assert answer.status_code == 200
     finally:
         stop(process)
