@@ -186,18 +186,18 @@ def session_view(store: SessionStore, session_id: str, selected: str | None = No
             raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
         path = queries.path_rows(conn, session.pk, seq, "seq", "entry_id") if seq is not None else []
         path_ids = [row.entry_id for row in path]
-        seen, parsed = None, {}
+        context_doc, parsed = None, {}
         if context and chosen is not None:
-            seen, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
-        entries, heads = tree_entries(conn, session.pk)
+            context_doc, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
+        entries, summaries = tree_entries(conn, session.pk)
         shown = path if tail is None else path[len(path) - tail:] if tail else []
         lines = queries.lines_at(conn, session.pk, [row.seq for row in shown if row.seq not in parsed])
         branch = [parsed[row.seq] if row.seq in parsed else js_parse(lines[row.seq]) for row in shown]
         items = tree_structure(build_tree(entries), leaf_id=leaf_id, path_ids=path_ids, selected_id=chosen,
-                               open_folds=open_folds, summaries=heads)
+                               open_folds=open_folds, summaries=summaries)
     doc = {"session": info.to_json(), "leafId": leaf_id, "selectedId": chosen, "entryCount": len(entries),
            "tree": [row.to_json() for row in layout(items)], "pathIds": path_ids}
-    return doc, branch, seen
+    return doc, branch, context_doc
 
 
 _TREE_ROWS = text("""
@@ -208,6 +208,8 @@ SELECT seq, entry_id, parent_id, role, timestamp,
 FROM entries WHERE session_pk = :spk AND kind IN ('entry', 'value')
 ORDER BY seq
 """)
+
+
 def tree_entries(conn: Connection, session_pk: int) -> tuple[list, Callable[[Sequence[Any]], list[str]]]:
     """A session's entries in file order as :func:`store.tree.build_tree` needs them, and the
     ``summaries`` function of :func:`store.tree_view.tree_structure` for them.
