@@ -56,13 +56,19 @@ class PathIndex:
 
 def context_path(conn: Connection, session_pk: int, leaf_seq: int | None) -> list:
     """Entries (parsed) sufficient to build the context of the path ending at ``leaf_seq``."""
+    return context_rows(conn, session_pk, leaf_seq)[1]
+
+
+def context_rows(conn: Connection, session_pk: int, leaf_seq: int | None) -> tuple[list[int], list]:
+    """:func:`context_path`, and the row key (``seq``) of each of its entries."""
     if leaf_seq is None:
-        return []
+        return [], []
     leaf = queries.tree_columns_of(conn, session_pk, leaf_seq)
     if leaf is None or leaf.depth is None:
-        return []
+        return [], []
     if leaf.compaction_seq is None:
-        return [js_parse(row.line) for row in queries.path_rows(conn, session_pk, leaf_seq, "line")]
+        rows = queries.path_rows(conn, session_pk, leaf_seq, "seq", "line")
+        return [row.seq for row in rows], [js_parse(row.line) for row in rows]
     path = PathIndex(queries.path_runs(conn, session_pk, leaf_seq))
     compaction_at = path.position(leaf.compaction_seq)
     compaction = js_parse(queries.lines_at(conn, session_pk, [leaf.compaction_seq])[leaf.compaction_seq])
@@ -82,4 +88,4 @@ def context_path(conn: Connection, session_pk: int, leaf_seq: int | None) -> lis
     )
     wanted = [seq for _, seq in settings] + window
     lines = queries.lines_at(conn, session_pk, wanted)
-    return [js_parse(lines[seq]) for seq in wanted]
+    return wanted, [js_parse(lines[seq]) for seq in wanted]

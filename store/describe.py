@@ -131,8 +131,8 @@ def id_of(entry: Any) -> Any:
     return None
 
 
-def _prep(path: list, keep: int) -> Any:
-    prep = services.prepare_compaction(path, CompactionSettings(keep_recent_tokens=keep))
+def _prep(path: list, keep: int, projection: Any = None) -> Any:
+    prep = services.prepare_compaction(path, CompactionSettings(keep_recent_tokens=keep), projection)
     return None if prep is None else prep.describe_json()
 
 
@@ -141,33 +141,46 @@ def context_doc(path: list, branch: list) -> dict[str, Any]:
     buildSessionPath from the leaf), ``branch`` is getBranch() (estimates and compaction use it)."""
     doc: dict[str, Any] = {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)])}
     projection = safe(lambda: services.build_session_projection(path))
-    settings = CompactionSettings()
     if isinstance(projection, dict):  # Pi throws: every field built on it does too
         for field in ("projection", "sessionContext", "estimateProjectedContextTokens", "estimateContextTokens",
                       "messageTokenEstimates", "shouldCompact"):
             doc[field] = projection
+        doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k)) for k in KEEP_RECENT}
+        return doc
+    doc["projection"] = projection.describe_json()
+    doc["sessionContext"] = projection.context().to_json()
+    doc.update(context_numbers(path, branch, projection))
+    return doc
+
+
+def context_numbers(path: list, branch: list, projection: Any,
+                    keep_recent: tuple[int, ...] = KEEP_RECENT) -> dict[str, Any]:
+    """The numbers of a built context (``projection``: ``build_session_projection(path)``,
+    ``branch``: getBranch()): ``estimateProjectedContextTokens``, ``estimateContextTokens``,
+    ``messageTokenEstimates``, ``shouldCompact`` and ``prepareCompaction`` for each budget of
+    ``keep_recent``. ``pi-store inspect`` and the web viewer both print these."""
+    settings = CompactionSettings()
+    doc: dict[str, Any] = {}
+    projected = safe(lambda: services.estimate_projected_context_tokens(projection, branch))
+    doc["estimateProjectedContextTokens"] = projected if isinstance(projected, dict) else projected.to_json()
+    doc["estimateContextTokens"] = safe(lambda: services.estimate_context_tokens(projection.messages).to_json())
+    doc["messageTokenEstimates"] = [
+        safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages
+    ]
+    if isinstance(projected, dict):
+        # describe.mjs reads `.tokens` of the error object: undefined, and `undefined > n` is false
+        doc["shouldCompact"] = {"settings": settings.to_json(),
+                                "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
     else:
-        doc["projection"] = projection.describe_json()
-        doc["sessionContext"] = projection.context().to_json()
-        projected = safe(lambda: services.estimate_projected_context_tokens(projection, branch))
-        doc["estimateProjectedContextTokens"] = projected if isinstance(projected, dict) else projected.to_json()
-        doc["estimateContextTokens"] = safe(lambda: services.estimate_context_tokens(projection.messages).to_json())
-        doc["messageTokenEstimates"] = [
-            safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages
-        ]
-        if isinstance(projected, dict):
-            # describe.mjs reads `.tokens` of the error object: undefined, and `undefined > n` is false
-            doc["shouldCompact"] = {"settings": settings.to_json(),
-                                    "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
-        else:
-            doc["shouldCompact"] = {
-                "contextTokens": jsonable(projected.tokens),
-                "settings": settings.to_json(),
-                "byContextWindow": {
-                    str(w): services.should_compact(projected.tokens, w, settings) for w in CONTEXT_WINDOWS
-                },
-            }
-    doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k)) for k in KEEP_RECENT}
+        doc["shouldCompact"] = {
+            "contextTokens": jsonable(projected.tokens),
+            "settings": settings.to_json(),
+            "byContextWindow": {
+                str(w): services.should_compact(projected.tokens, w, settings) for w in CONTEXT_WINDOWS
+            },
+        }
+    same = projection if branch is path else None  # compaction plans over the same path reuse it
+    doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k, same)) for k in keep_recent}
     return doc
 
 

@@ -47,22 +47,27 @@ def build_tree(entries: list[Any]) -> list[TreeNode]:
     """Roots of the session tree, children in Pi's order (see module docstring)."""
     labels, stamps = resolve_labels(entries)
     nodes: dict[tuple, TreeNode] = {}
+    keys: list[tuple] = []
     for entry in entries:
-        key = map_key(prop(entry, "id"))
-        label = labels.get(key, UNDEFINED)
-        stamp = stamps.get(key, UNDEFINED)
-        nodes[key] = TreeNode(
-            entry, label=None if label is UNDEFINED else label, label_timestamp=None if stamp is UNDEFINED else stamp
-        )
+        key = _key(prop(entry, "id"))
+        keys.append(key)
+        if labels and key in labels:
+            stamp = stamps[key]
+            nodes[key] = TreeNode(entry, label=labels[key], label_timestamp=None if stamp is UNDEFINED else stamp)
+        else:
+            nodes[key] = TreeNode(entry)
     roots: list[TreeNode] = []
-    for entry in entries:
-        entry_id = prop(entry, "id")
-        node = nodes[map_key(entry_id)]
+    for entry, key in zip(entries, keys, strict=True):
+        node = nodes[key]
         parent_id = prop(entry, "parentId")
-        if parent_id is None or map_key(parent_id) == map_key(entry_id):
+        if parent_id is None:
             roots.append(node)
             continue
-        parent = nodes.get(map_key(parent_id))
+        parent_key = _key(parent_id)
+        if parent_key == key:
+            roots.append(node)
+            continue
+        parent = nodes.get(parent_key)
         (parent.children if parent is not None else roots).append(node)
     stack = list(roots)
     sorted_nodes: set[int] = set()
@@ -71,9 +76,15 @@ def build_tree(entries: list[Any]) -> list[TreeNode]:
         if id(node) in sorted_nodes:  # a node reachable twice (duplicate ids): sort once
             continue
         sorted_nodes.add(id(node))
-        node.children = v8_sort(node.children, _timestamp_compare)
+        if len(node.children) > 1:
+            node.children = v8_sort(node.children, _timestamp_compare)
         stack.extend(node.children)
     return roots
+
+
+def _key(value: Any) -> tuple:
+    """``map_key`` with its common case (a string id) first."""
+    return ("string", value) if type(value) is str else map_key(value)
 
 
 def _timestamp_compare(a: TreeNode, b: TreeNode) -> float | None:

@@ -1,23 +1,32 @@
-"""A session tree laid out for display: one row per entry in Pi's tree order, long linear runs
-folded into one row, each row with a one-line summary and its marks (leaf, on the selected path,
-labels, compactions, branch summaries, context edits, model and thinking changes).
+"""A session tree as what a viewer shows: the one structure behind ``pi-store tree`` (drawn in the
+terminal, ``--json``) and the web viewer's tree pane (``store.web``).
 
-Built on :func:`store.tree.build_tree` (Pi's ``getTree()`` order), with no database or HTML in
-it, so that the web viewer (``store.web``) and a terminal tree command can share it.
+:func:`tree_structure` turns Pi's ``getTree()`` (:func:`store.tree.build_tree`) into
+:class:`TreeItem` nodes, children in Pi's order, each with a one-line summary and its marks
+(leaf, on the selected path, selected, label, how many children the entry has), long linear
+runs folded. It reads no database and writes no HTML; a surface only renders it:
+:func:`layout` flattens it into the web pane's rows, :meth:`TreeItem.outline_json` gives the
+CLI's nested JSON.
 
-Children keep Pi's order, except that at a branch point the child with the biggest subtree comes
-last and continues at its parent's indent (the main line), while the others come first, indented
-one step: a session that branched a hundred times off one line stays one column, not a hundred.
+A *fold* replaces a run of at least ``min_fold`` consecutive plain entries: each has exactly one
+child and none is a root, a label's target, the leaf, the selected entry or of a type that
+changes what the model sees or is set to (:data:`STRUCTURAL`), so folding hides conversation
+only. Summaries are computed for the items left visible only (a 5,000-entry linear session
+needs three), in one call of the ``summaries`` function, so that a caller reading them from the
+database asks once.
 
-A *fold* replaces a run of at least ``min_fold`` consecutive
-plain entries (see :data:`STRUCTURAL`) each of which has exactly one child: nothing in it is a
-branch point, a root, a label, the leaf or the selected entry, so folding it hides only conversation.
+:func:`layout` keeps Pi's child order except that at a branch point the child with the biggest
+subtree comes last and continues at its parent's indent (the main line), while the others come
+first, indented one step: a session that branched a hundred times off one line stays one
+column, not a hundred.
+
+Everything is iterative: a 100,000-entry linear session is no deeper than a short one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from store.tree import TreeNode
@@ -25,131 +34,232 @@ from store.tree import TreeNode
 # Entry types that always get a row of their own (they change what the model sees or is set to).
 STRUCTURAL = frozenset({"compaction", "branch_summary", "context_edit", "model_change", "thinking_level_change"})
 SUMMARY_CHARS = 100
+MIN_FOLD = 6
 
 
-@dataclass(frozen=True, slots=True)
-class TreeRow:
-    """One displayed row: an entry (``kind == "entry"``) or a fold of ``folded`` entries."""
+@dataclass(eq=False, slots=True)
+class TreeItem:
+    """One node of the structure: an entry (``kind == "entry"``) or a fold of ``folded``
+    entries (``fold_key``: its first entry id, which opens it; ``last_id``: its last)."""
 
     kind: str
-    indent: int
     entry_id: str | None
     type: str | None
     role: str | None
-    text: str
+    text: str = ""
     label: str | None = None
-    children: int = 0
+    branches: int = 0  # children of the entry in the session tree
     on_path: bool = False
     is_leaf: bool = False
     selected: bool = False
     folded: int = 0
-    fold_key: str | None = None  # a fold's first entry id, to open it (``open_folds``)
-    last_id: str | None = None  # a fold's last entry id
+    fold_key: str | None = None
+    last_id: str | None = None
+    children: list[TreeItem] = field(default_factory=list)
+    entry: Any = None  # the source entry (for summaries)
+
+    def outline_json(self) -> dict:
+        """``pi-store tree --json``'s node: id, kind (a message's role, an entry's type, or
+        ``folded``), text, label, onPath, leaf, folded and the nested children (iterative)."""
+        top = self.outline_node()
+        pending = [(self, top)]
+        while pending:
+            item, doc = pending.pop()
+            for child in item.children:
+                child_doc = child.outline_node()
+                doc["children"].append(child_doc)
+                pending.append((child, child_doc))
+        return top
+
+    def outline_node(self) -> dict:
+        """This node's fields of :meth:`outline_json`, without its children."""
+        kind = "folded" if self.kind == "fold" else self.role or self.type or "?"
+        return {
+            "id": self.entry_id,
+            "kind": kind,
+            "text": self.text,
+            "label": self.label,
+            "onPath": self.on_path,
+            "leaf": self.is_leaf,
+            "folded": self.folded,
+            "children": [],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRow:
+    """One row of the web pane (:func:`layout`): an item at an indent."""
+
+    item: TreeItem
+    indent: int
 
     def to_json(self) -> dict:
-        out = {"kind": self.kind, "indent": self.indent, "id": self.entry_id, "type": self.type, "role": self.role,
-               "text": self.text, "label": self.label, "children": self.children, "onPath": self.on_path,
-               "leaf": self.is_leaf, "selected": self.selected}
-        if self.kind == "fold":
-            out.update(folded=self.folded, foldKey=self.fold_key, lastId=self.last_id)
+        item = self.item
+        out = {
+            "kind": item.kind,
+            "indent": self.indent,
+            "id": item.entry_id,
+            "type": item.type,
+            "role": item.role,
+            "text": item.text,
+            "label": item.label,
+            "children": item.branches,
+            "onPath": item.on_path,
+            "leaf": item.is_leaf,
+            "selected": item.selected,
+        }
+        if item.kind == "fold":
+            out.update(folded=item.folded, foldKey=item.fold_key, lastId=item.last_id)
         return out
 
 
-def tree_rows(roots: list[TreeNode], *, leaf_id: str | None, path_ids: Iterable[Any] = (),
-              selected_id: str | None = None, open_folds: Iterable[str] = (), min_fold: int = 6,
-              summary: Callable[[Any], str] | None = None) -> list[TreeRow]:
-    """The rows of the tree under ``roots`` in pre-order (Pi's child order), with the path to the
-    selected entry (``path_ids``) marked and long plain runs folded, except those whose first
-    entry id is in ``open_folds``; ``summary`` gives an entry's text (default
-    :func:`entry_summary`). Iterative: a 100,000-entry linear session is no deeper than a short one."""
+def tree_structure(
+    roots: list[TreeNode],
+    *,
+    leaf_id: str | None,
+    path_ids: Iterable[Any] = (),
+    selected_id: str | None = None,
+    open_folds: Iterable[str] = (),
+    min_fold: int | None = MIN_FOLD,
+    summaries: Callable[[Sequence[Any]], Sequence[str]] | None = None,
+) -> list[TreeItem]:
+    """The items of the tree under ``roots`` (``build_tree``'s result), children in Pi's order;
+    ``path_ids``: the root→selected path, marked; runs of ``min_fold`` or more plain entries
+    folded (None: none), except those whose first entry id is in ``open_folds``;
+    ``summaries``: the texts of a list of entries (default: :func:`entry_summary` of each)."""
     path = {i for i in path_ids if isinstance(i, str)}
-    sizes = subtree_sizes(roots)
-    rows: list[TreeRow] = []
-    plain: list[bool] = []  # whether each row may be folded
+    opened = set(open_folds)
+    root_ids = {id(root) for root in roots}
     seen: set[int] = set()
-    stack: list[tuple[TreeNode, int]] = [(root, 0) for root in reversed(roots)]
-    root_ids = {id(root) for root in roots}  # a root keeps its row: where the session starts
+    shown: list[TreeItem] = []
+
+    def make(node: TreeNode) -> TreeItem:
+        item = _item(node, leaf_id, path, selected_id)
+        shown.append(item)
+        return item
+
+    def plain(node: TreeNode) -> bool:
+        if len(node.children) != 1 or node.label is not None or id(node) in root_ids:
+            return False
+        entry = node.entry if isinstance(node.entry, dict) else {}
+        entry_id = entry.get("id")
+        return entry.get("type") not in STRUCTURAL and (entry_id is None or entry_id not in (leaf_id, selected_id))
+
+    top: list[TreeItem] = []
+    stack: list[tuple[TreeNode, list[TreeItem]]] = [(root, top) for root in reversed(roots)]
     while stack:
-        node, indent = stack.pop()
-        if id(node) in seen:  # a node reachable twice (duplicate ids): show it once
+        node, siblings = stack.pop()
+        if id(node) in seen:  # a node reachable twice (duplicate ids): shown once
+            continue
+        run: list[TreeNode] = []
+        if min_fold is not None:
+            while plain(node) and id(node) not in seen:
+                seen.add(id(node))
+                run.append(node)
+                node = node.children[0]
+        if run and len(run) >= min_fold and _id(run[0]) not in opened:
+            fold = _fold_item(run, path)
+            siblings.append(fold)
+            siblings = fold.children
+        else:
+            for member in run:
+                item = make(member)
+                siblings.append(item)
+                siblings = item.children
+        if id(node) in seen:
             continue
         seen.add(id(node))
-        row = entry_row(node, indent, leaf_id, path, selected_id, summary)
-        rows.append(row)
-        plain.append(len(node.children) == 1 and row.label is None and row.type not in STRUCTURAL
-                     and not row.is_leaf and not row.selected and id(node) not in root_ids)
-        if len(node.children) > 1:
-            main = max(range(len(node.children)), key=lambda i: (sizes.get(id(node.children[i]), 0), i))
-            sides = [c for i, c in enumerate(node.children) if i != main]
-            stack.append((node.children[main], indent))  # popped last: the main line, same indent
-            stack.extend((child, indent + 1) for child in reversed(sides))
-        else:
-            stack.extend((child, indent) for child in node.children)
-    return _fold(rows, plain, set(open_folds), min_fold)
+        item = make(node)
+        siblings.append(item)
+        stack.extend((child, item.children) for child in reversed(node.children))
+    texts = summaries([item.entry for item in shown]) if summaries is not None else None
+    for n, item in enumerate(shown):
+        item.text = one_line(texts[n] if texts is not None else entry_summary(item.entry))
+    return top
 
 
-def subtree_sizes(roots: list[TreeNode]) -> dict[int, int]:
-    """Entries under each node, itself included, keyed by ``id(node)`` (iterative post-order;
-    a node reachable twice through duplicate ids is counted once)."""
-    sizes: dict[int, int] = {}
-    stack: list[tuple[TreeNode, bool]] = [(root, False) for root in roots]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            sizes[id(node)] = 1 + sum(sizes.get(id(child), 0) for child in node.children)
-        elif id(node) not in sizes:
-            sizes[id(node)] = 0  # visiting: a cycle back to it adds nothing
-            stack.append((node, True))
-            stack.extend((child, False) for child in node.children if id(child) not in sizes)
-    return sizes
+def _id(node: TreeNode) -> Any:
+    return node.entry.get("id") if isinstance(node.entry, dict) else None
 
 
-def _fold(rows: list[TreeRow], plain: list[bool], open_folds: set[str], min_fold: int) -> list[TreeRow]:
-    out: list[TreeRow] = []
-    index = 0
-    while index < len(rows):
-        end = index
-        while end < len(rows) and plain[end]:  # each has one child: the next row is that child
-            end += 1
-        run = rows[index:end]
-        if len(run) >= min_fold and run[0].entry_id not in open_folds:
-            out.append(_fold_row(run))
-        else:
-            out.extend(run)
-        if end < len(rows):
-            out.append(rows[end])
-        index = end + 1
-    return out
-
-
-def _fold_row(run: list[TreeRow]) -> TreeRow:
-    counts: dict[str, int] = {}
-    for row in run:
-        key = row.role or row.type or "entry"
-        counts[key] = counts.get(key, 0) + 1
-    text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return TreeRow("fold", run[0].indent, None, None, None, text, on_path=run[0].on_path, folded=len(run),
-                   fold_key=run[0].entry_id, last_id=run[-1].entry_id)
-
-
-def entry_row(node: TreeNode, indent: int, leaf_id: str | None, path: set[str], selected_id: str | None,
-              summary: Callable[[Any], str] | None = None) -> TreeRow:
-    """The row of one tree node (``path``: ids on the selected root→entry path)."""
+def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str | None) -> TreeItem:
     entry = node.entry if isinstance(node.entry, dict) else {}
     entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
     kind = entry.get("type") if isinstance(entry.get("type"), str) else None
     message = entry.get("message") if kind == "message" and isinstance(entry.get("message"), dict) else None
     role = message.get("role") if message is not None and isinstance(message.get("role"), str) else None
     label = node.label if isinstance(node.label, str) else None
-    return TreeRow("entry", indent, entry_id, kind, role, one_line((summary or entry_summary)(node.entry)), label,
-                   len(node.children), entry_id in path, entry_id is not None and entry_id == leaf_id,
-                   entry_id is not None and entry_id == selected_id)
+    return TreeItem(
+        "entry",
+        entry_id,
+        kind,
+        role,
+        label=label,
+        branches=len(node.children),
+        on_path=entry_id in path,
+        is_leaf=entry_id is not None and entry_id == leaf_id,
+        selected=entry_id is not None and entry_id == selected_id,
+        entry=node.entry,
+    )
+
+
+def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
+    counts: dict[str, int] = {}
+    for node in run:
+        entry = node.entry if isinstance(node.entry, dict) else {}
+        message = entry.get("message") if entry.get("type") == "message" else None
+        role = message.get("role") if isinstance(message, dict) else None
+        key = role if isinstance(role, str) else entry.get("type") if isinstance(entry.get("type"), str) else "entry"
+        counts[key] = counts.get(key, 0) + 1
+    text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    first, last = (value if isinstance(value := _id(node), str) else None for node in (run[0], run[-1]))
+    return TreeItem(
+        "fold", None, None, None, text, on_path=first in path, folded=len(run), fold_key=first, last_id=last
+    )
+
+
+def layout(items: list[TreeItem]) -> list[TreeRow]:
+    """The web pane's rows: pre-order, the biggest child of a branch point last at its parent's
+    indent (the main line), the other children before it, one step in."""
+    sizes = _sizes(items)
+    rows: list[TreeRow] = []
+    stack: list[tuple[TreeItem, int]] = [(item, 0) for item in reversed(items)]
+    while stack:
+        item, indent = stack.pop()
+        rows.append(TreeRow(item, indent))
+        children = item.children
+        if len(children) > 1:
+            main = max(range(len(children)), key=lambda i: (sizes[id(children[i])], i))
+            stack.append((children[main], indent))  # popped last: the main line, same indent
+            stack.extend((child, indent + 1) for i, child in reversed(list(enumerate(children))) if i != main)
+        else:
+            stack.extend((child, indent) for child in children)
+    return rows
+
+
+def _sizes(items: list[TreeItem]) -> dict[int, int]:
+    """Entries under each item, itself (or all its folded entries) included, keyed by ``id()``."""
+    order: list[TreeItem] = []
+    stack = list(items)
+    while stack:
+        item = stack.pop()
+        order.append(item)
+        stack.extend(item.children)
+    sizes: dict[int, int] = {}
+    for item in reversed(order):  # children before their parents
+        sizes[id(item)] = (item.folded or 1) + sum(sizes[id(child)] for child in item.children)
+    return sizes
+
+
+def tree_rows(roots: list[TreeNode], **options: Any) -> list[TreeRow]:
+    """:func:`layout` of :func:`tree_structure` (same options)."""
+    return layout(tree_structure(roots, **options))
 
 
 def one_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def content_summary(content: Any) -> str:

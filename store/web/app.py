@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from store.errors import SessionNotFound, StoreError
 from store.format import js_stringify
+from store.gc_pause import gc_paused
 from store.session_store import SessionStore
 from store.tree_view import content_summary, one_line
 from store.web import charts, data, render
@@ -110,8 +112,20 @@ def session_url(session_id: str, leaf: str | None = None, opened: list[str] | tu
         params.append(("all", "1"))
     if ctx_all:
         params.append(("ctx", "all"))
-    url = f"/sessions/{quote(session_id, safe='')}" + (f"?{urlencode(params)}" if params else "")
-    return url + (f"#{quote(anchor, safe='')}" if anchor else "")
+    # urlencode's form, with each value quoted once per page rather than once per link
+    query = "&".join(f"{key}={_quote_plus(value)}" for key, value in params)
+    url = f"/sessions/{_quote(session_id)}" + (f"?{query}" if params else "")
+    return url + (f"#{_quote(anchor)}" if anchor else "")
+
+
+@lru_cache(maxsize=8192)
+def _quote(text: str) -> str:
+    return quote(text, safe="", errors="surrogatepass")  # ids may hold lone surrogates (JSON allows them)
+
+
+@lru_cache(maxsize=8192)
+def _quote_plus(text: str) -> str:
+    return quote_plus(str(text), errors="surrogatepass")
 
 
 def list_url(params: dict[str, str], **more: str | None) -> str:
@@ -143,8 +157,11 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
 
     def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:  # synchronous: Starlette runs it in its thread pool
+            # the parsed entries (no reference cycles) are freed by reference counting when the
+            # handler returns: with the collector paused until then it never scans them
             try:
-                return handler(request)
+                with gc_paused():
+                    return handler(request)
             except StoreError as exc:
                 return failure(request, exc)
         return endpoint
@@ -174,10 +191,10 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         params = request.query_params
         opened = params.getlist("open")
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
-        doc, branch = data.load_session(store, session_id, params.get("leaf") or None, opened, tail)
-        context = data.context_view(store, session_id, doc["selectedId"]) if doc["selectedId"] else None
-        return page("session.html", doc=doc, info=doc["session"], branch=branch, ctx_tail=CONTEXT_TAIL,
-                    ctx_all=params.get("ctx") == "all",
+        ctx_tail = None if params.get("ctx") == "all" else CONTEXT_TAIL
+        doc, branch, context = data.session_view(store, session_id, params.get("leaf") or None, opened, tail,
+                                                 context=True, context_tail=ctx_tail)
+        return page("session.html", doc=doc, info=doc["session"], branch=branch,
                     skipped=len(doc["pathIds"]) - len(branch),
                     context=context, opened=opened, keep=str(data.KEEP))
 

@@ -8,21 +8,20 @@ Every function here only reads. The numbers of the context come from the functio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from sqlalchemy import Connection, Engine, event, text
 
 from store import services
 from store.analysis import fts
 from store.analysis.listing import SORTS
 from store.analysis.usage import main_models, usage_by_day
-from store.context_window import context_path
+from store.context_window import context_rows
 from store.db import queries
 from store.db.engine import make_engine, read_transaction
-from store.describe import CONTEXT_WINDOWS, HANG, id_of, safe, walk_loops
+from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
 from store.format.jsdate import parse_js_date
@@ -31,7 +30,7 @@ from store.services import CompactionSettings, jsonable
 from store.services.context import EDITABLE_ROLES as EDITABLE
 from store.session_store import SessionStore
 from store.tree import build_tree
-from store.tree_view import entry_summary, tree_rows
+from store.tree_view import entry_summary, layout, tree_structure
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 50
@@ -163,13 +162,16 @@ def session_doc(store: SessionStore, session_id: str, selected: str | None = Non
                 open_folds: Iterable[str] = ()) -> dict:
     """A session: its listing info, its current leaf, the selected entry (default: the leaf),
     the tree as display rows (``store.tree_view``) and the root→selected path (``pathIds``)."""
-    return load_session(store, session_id, selected, open_folds, tail=0)[0]
+    return session_view(store, session_id, selected, open_folds, tail=0)[0]
 
 
-def load_session(store: SessionStore, session_id: str, selected: str | None = None,
-                 open_folds: Iterable[str] = (), tail: int | None = None) -> tuple[dict, list]:
-    """:func:`session_doc`, and the parsed entries of the last ``tail`` entries (all: None) of
-    the root→selected path, for the conversation view."""
+def session_view(store: SessionStore, session_id: str, selected: str | None = None, open_folds: Iterable[str] = (),
+                 tail: int | None = None, *, context: bool = False,
+                 context_tail: int | None = None) -> tuple[dict, list, dict | None]:
+    """:func:`session_doc`; the parsed entries of the last ``tail`` entries (all: None) of the
+    root→selected path, for the conversation view; and (``context``) :func:`context_view` of the
+    selected entry with ``context_tail``. One read transaction: the path is read once and a
+    line the context has parsed is not parsed again for the conversation."""
     info = store.find_by_id(session_id)
     if info is None:
         raise SessionNotFound(f"no session {session_id!r} in the store")
@@ -182,20 +184,23 @@ def load_session(store: SessionStore, session_id: str, selected: str | None = No
         if selected is not None and seq is None:
             raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
         path = queries.path_rows(conn, session.pk, seq, "seq", "entry_id") if seq is not None else []
+        path_ids = [row.entry_id for row in path]
+        context_doc, parsed = None, {}
+        if context and chosen is not None:
+            context_doc, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
         entries, summaries = tree_entries(conn, session.pk)
         shown = path if tail is None else path[len(path) - tail:] if tail else []
-        lines = queries.lines_at(conn, session.pk, [row.seq for row in shown])
-        branch = [js_parse(lines[row.seq]) for row in shown]
-        path_ids = [row.entry_id for row in path]
-        rows = tree_rows(build_tree(entries), leaf_id=leaf_id, path_ids=path_ids, selected_id=chosen,
-                         open_folds=open_folds, summary=lambda e: summaries.get(id(e)) or entry_summary(e))
+        lines = queries.lines_at(conn, session.pk, [row.seq for row in shown if row.seq not in parsed])
+        branch = [parsed[row.seq] if row.seq in parsed else js_parse(lines[row.seq]) for row in shown]
+        items = tree_structure(build_tree(entries), leaf_id=leaf_id, path_ids=path_ids, selected_id=chosen,
+                               open_folds=open_folds, summaries=summaries)
     doc = {"session": info.to_json(), "leafId": leaf_id, "selectedId": chosen, "entryCount": len(entries),
-           "tree": [row.to_json() for row in rows], "pathIds": path_ids}
-    return doc, branch
+           "tree": [row.to_json() for row in layout(items)], "pathIds": path_ids}
+    return doc, branch, context_doc
 
 
 _TREE_ROWS = text("""
-SELECT seq, entry_id, parent_id, role, timestamp, substr(search_text, 1, 240) AS head, facts,
+SELECT seq, entry_id, parent_id, role, timestamp,
        CASE WHEN type = 'message' AND kind = 'entry' AND entry_id IS NOT NULL AND timestamp IS NOT NULL
                  AND (parent_id IS NOT NULL OR parent_seq IS NULL)
             THEN NULL ELSE line END AS line_or_null
@@ -204,113 +209,99 @@ ORDER BY seq
 """)
 
 
-def tree_entries(conn: Connection, session_pk: int) -> tuple[list, dict[int, str]]:
+def tree_entries(conn: Connection, session_pk: int) -> tuple[list, Callable[[Sequence[Any]], list[str]]]:
     """A session's entries in file order as :func:`store.tree.build_tree` needs them, and the
-    display text of those that were not parsed (keyed by ``id()`` of the entry).
+    ``summaries`` function of :func:`store.tree_view.tree_structure` for them.
 
     A message row whose id, parent id and timestamp are plain strings in its columns (or whose
-    parent id is absent and leads nowhere) is built from those columns and the head of its
-    search text instead of parsing its line: the tree reads nothing else of a message, and a
-    5,000-entry session's lines are megabytes of tool output. Every other row is parsed."""
+    parent id is absent and leads nowhere) is built from those columns instead of parsing its
+    line: the tree reads nothing else of a message, and a 5,000-entry session's lines are
+    megabytes of tool output. Every other row is parsed. The lines of such messages are read and
+    parsed for their summaries only when they stay visible (not folded)."""
     entries: list = []
-    summaries: dict[int, str] = {}
-    for row in conn.execute(_TREE_ROWS, {"spk": session_pk}):
-        if row.line_or_null is not None or "\\" in row.entry_id or "\\" in (row.parent_id or ""):
-            line = row.line_or_null if row.line_or_null is not None else queries.lines_at(
-                conn, session_pk, [row.seq])[row.seq]
-            entries.append(js_parse(line))
+    columns: dict[int, int] = {}  # id() of an entry built from columns -> its row
+    for seq, entry_id, parent_id, role, timestamp, line in conn.execute(_TREE_ROWS, {"spk": session_pk}).all():
+        if line is not None or "\\" in entry_id or (parent_id is not None and "\\" in parent_id):
+            entries.append(js_parse(line if line is not None else queries.lines_at(conn, session_pk, [seq])[seq]))
             continue
-        entry = {"type": "message", "id": row.entry_id, "parentId": row.parent_id, "timestamp": row.timestamp,
-                 "message": {"role": row.role}}
+        entry = {"type": "message", "id": entry_id, "parentId": parent_id, "timestamp": timestamp,
+                 "message": {"role": role}}
         entries.append(entry)
-        summaries[id(entry)] = _message_head(row.role, row.head, row.facts)
+        columns[id(entry)] = seq
+
+    def summaries(shown: Sequence[Any]) -> list[str]:
+        lines = queries.lines_at(conn, session_pk, [columns[id(entry)] for entry in shown if id(entry) in columns])
+        return [entry_summary(js_parse(lines[columns[id(entry)]]) if id(entry) in columns else entry)
+                for entry in shown]
+
     return entries, summaries
 
 
-def _message_head(role: str | None, head: str, facts: Any) -> str:
-    """A message's one-line text from its search text (plain text first) and facts."""
-    plain = head.split("\n", 1)[0] if head else ""
-    if plain and role != "toolResult":
-        return plain
-    facts = facts if isinstance(facts, dict) else orjson.loads(facts or "{}")  # JSONB arrives parsed
-    if role == "toolResult":
-        return f"{facts.get('toolName')}: {plain}"
-    calls = " ".join(f"→ {call.get('name')}()" for call in facts.get("toolCalls") or () if isinstance(call, dict))
-    return calls or ("(thinking)" if role == "assistant" else "")
-
-
-def context_view(store: SessionStore, session_id: str, leaf_id: str | None = None) -> dict:
+def context_view(store: SessionStore, session_id: str, leaf_id: str | None = None, tail: int | None = None) -> dict:
     """What the model sees with ``leaf_id`` as leaf (default: the session's leaf).
 
     The numbers are those ``pi-store inspect --leaf`` prints, from the same functions over the
-    same path (``store.context_window.context_path``; ``store.describe.context_doc`` calls them
-    in the same way): ``contextEntryIds``, ``estimateProjectedContextTokens``,
-    ``estimateContextTokens``, ``messageTokenEstimates``, ``shouldCompact``, ``prepareCompaction``
-    (for Pi's default keep-recent budget), ``thinkingLevel`` and ``model``. ``messages`` is the
-    projection's messages, each with its source entry, token estimate and provenance (instead
-    of inspect's ``projection`` and ``sessionContext``, which repeat the messages twice)."""
+    same path (``store.context_window.context_path`` and ``store.describe.context_numbers``):
+    ``contextEntryIds``, ``estimateProjectedContextTokens``, ``estimateContextTokens``,
+    ``messageTokenEstimates``, ``shouldCompact``, ``prepareCompaction`` (for Pi's default
+    keep-recent budget), ``thinkingLevel`` and ``model``. ``messages`` is the projection's
+    messages, each with its source entry, token estimate and provenance (instead of inspect's
+    ``projection`` and ``sessionContext``, which repeat the messages twice); ``tail``: only the
+    last that many of them (``messageCount`` says how many there are)."""
     with read_transaction(store.engine) as conn, gc_paused():
         session = queries.stored_session(conn, session_id)
-        if not session.pi_valid:
-            return {"sessionId": session_id, "leafId": None, "openError": "Session file is not a valid pi session",
-                    "messages": [], "hidden": [], "summarised": None, "pathLength": 0}
         seq = session.leaf_seq if leaf_id is None else queries.seq_of(conn, session.pk, leaf_id)
-        if leaf_id is not None and seq is None:
+        if leaf_id is not None and seq is None and session.pi_valid:
             raise EntryNotFound(f"no entry {leaf_id!r} in session {session_id}")
-        window = context_path(conn, session.pk, seq)
-        loops = walk_loops(conn, session.pk, seq)
-        path_ids = [row.entry_id for row in queries.path_rows(conn, session.pk, seq, "entry_id")]
         if leaf_id is None and seq is not None:
             columns = queries.tree_columns_of(conn, session.pk, seq)
             leaf_id = columns.entry_id if columns is not None and columns.depth is not None else None
-    doc: dict[str, Any] = {"sessionId": session_id, "leafId": leaf_id, "openError": None, "pathLength": len(path_ids)}
-    if loops:
-        doc.update({"contextEntryIds": HANG, "error": HANG, "messages": [], "hidden": [], "summarised": None})
-        return doc
-    with gc_paused():
-        doc.update(_context_numbers(window, window if leaf_id is not None else [], path_ids))
-    return doc
+        path_ids = [row.entry_id for row in queries.path_rows(conn, session.pk, seq, "entry_id")]
+        return _context(conn, session, seq, leaf_id, path_ids, tail)[0]
 
 
-def _context_numbers(path: list, branch: list, path_ids: list) -> dict:
+def _context(conn: Connection, session: Any, seq: int | None, leaf_id: str | None, path_ids: list,
+             tail: int | None) -> tuple[dict, dict[int, Any]]:
+    """:func:`context_view`'s document for the path ending at row ``seq`` (``path_ids``: its
+    entry ids), and the entries it parsed by row key."""
+    if not session.pi_valid:
+        return {"sessionId": session.session_id, "leafId": None, "openError": "Session file is not a valid pi session",
+                "messages": [], "messageCount": 0, "hidden": [], "summarised": None, "pathLength": 0}, {}
+    seqs, window = context_rows(conn, session.pk, seq)
+    doc: dict[str, Any] = {"sessionId": session.session_id, "leafId": leaf_id, "openError": None,
+                           "pathLength": len(path_ids)}
+    if walk_loops(conn, session.pk, seq):
+        doc.update({"contextEntryIds": HANG, "error": HANG, "messages": [], "messageCount": 0, "hidden": [],
+                    "summarised": None})
+    else:
+        doc.update(_context_numbers(window, window if leaf_id is not None else [], path_ids, tail))
+    return doc, dict(zip(seqs, window, strict=True))
+
+
+def _context_numbers(path: list, branch: list, path_ids: list, tail: int | None) -> dict:
     """``store.describe.context_doc``'s computation (``path``: what context building walks,
-    ``branch``: what estimates and compaction use), each message made JSON once, plus provenance."""
+    ``branch``: what estimates and compaction use), with provenance instead of the messages
+    printed twice."""
     projection = safe(lambda: services.build_session_projection(path))
     if isinstance(projection, dict):  # Pi throws: so does everything built on the projection
         return {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)]),
-                "error": projection, "messages": [], "hidden": [], "summarised": None}
-    settings = CompactionSettings()
-    projected = safe(lambda: services.estimate_projected_context_tokens(projection, branch))
-    estimates = [safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages]
-    windows = {str(w): (not isinstance(projected, dict)) and services.should_compact(projected.tokens, w, settings)
-               for w in CONTEXT_WINDOWS}
-    doc = {
-        "contextEntryIds": [_json_id(item.source_entry) for item in projection.entries],
-        "thinkingLevel": jsonable(projection.thinking_level), "model": jsonable(projection.model),
-        "estimateProjectedContextTokens": projected if isinstance(projected, dict) else projected.to_json(),
-        "estimateContextTokens": safe(lambda: services.estimate_context_tokens(projection.messages).to_json()),
-        "messageTokenEstimates": estimates,
-        "shouldCompact": {**({} if isinstance(projected, dict) else {"contextTokens": jsonable(projected.tokens)}),
-                          "settings": settings.to_json(), "byContextWindow": windows},
-        "prepareCompaction": {str(KEEP): safe(lambda: _plan(branch))},
-    }
-    doc.update(_provenance(projection, doc, path_ids))
+                "error": projection, "messages": [], "messageCount": 0, "hidden": [], "summarised": None}
+    source_ids = [_json_id(item.source_entry) for item in projection.entries]
+    doc = {"contextEntryIds": source_ids, "thinkingLevel": jsonable(projection.thinking_level),
+           "model": jsonable(projection.model), **context_numbers(path, branch, projection, (KEEP,))}
+    doc.update(_provenance(projection, source_ids, doc["messageTokenEstimates"], path_ids, tail))
     return doc
-
-
-def _plan(branch: list) -> Any:
-    plan = services.prepare_compaction(branch, CompactionSettings(keep_recent_tokens=KEEP))
-    return None if plan is None else plan.describe_json()
 
 
 def _json_id(entry: Any) -> Any:
     value = id_of(entry)
-    return None if value is None else jsonable(value)
+    return value if value is None or type(value) is str else jsonable(value)
 
 
-def _provenance(projection: Any, doc: dict, path_ids: list) -> dict:
-    """``messages`` (with ``provenance``), ``hidden`` (entries a context edit hides) and
-    ``summarised`` (the path entries the latest compaction replaced by its summary)."""
+def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: list, tail: int | None) -> dict:
+    """``messages`` (with ``provenance``; the last ``tail`` only, when given), ``messageCount``,
+    ``hidden`` (entries a context edit hides) and ``summarised`` (the path entries the latest
+    compaction replaced by its summary)."""
     sources = [item.source_entry for item in projection.entries]
     first = sources[0] if sources else None
     compaction = first if isinstance(first, dict) and first.get("type") == "compaction" else None
@@ -323,18 +314,22 @@ def _provenance(projection: Any, doc: dict, path_ids: list) -> dict:
     for entry in sources:
         if isinstance(entry, dict) and entry.get("type") == "context_edit":
             edits[entry.get("targetId")] = entry
-    estimates = doc["messageTokenEstimates"]
+    count = len(projection.messages)
+    first_shown = 0 if tail is None else max(count - tail, 0)
     messages: list[dict] = []
     hidden: list[dict] = []
-    for index, item in enumerate(projection.entries):
+    index = 0
+    for n, item in enumerate(projection.entries):
         source = item.source_entry if isinstance(item.source_entry, dict) else {}
-        source_id = _json_id(item.source_entry)
-        edit = edits.get(source.get("id")) if source.get("type") != "context_edit" else None
+        edit = edits.get(source.get("id")) if edits and source.get("type") != "context_edit" else None
         if edit is not None and edit.get("replacement") is None:
-            hidden.append({"entryId": source_id, "editId": edit.get("id")})
+            hidden.append({"entryId": source_ids[n], "editId": edit.get("id")})
         for message in item.messages:
+            index += 1
+            if index <= first_shown:
+                continue
             role = message.get("role") if isinstance(message, dict) else None
-            if index == 0 and compaction is not None:
+            if n == 0 and compaction is not None:
                 provenance = {"status": "checkpoint" if role == "system" else "summary",
                               "compactionId": compaction.get("id")}
             elif source.get("type") == "branch_summary":
@@ -345,10 +340,13 @@ def _provenance(projection: Any, doc: dict, path_ids: list) -> dict:
                 provenance = {"status": "path"}
             if edit is not None and edit.get("replacement") is not None and role in EDITABLE:
                 provenance["replacedBy"] = edit.get("id")
-            messages.append({"index": len(messages), "sourceId": source_id, "sourceType": source.get("type"),
-                             "role": role, "tokens": estimates[len(messages)], "provenance": provenance,
-                             "message": jsonable(message)})
-    return {"messages": messages, "hidden": hidden, "summarised": _summarised(compaction, path_ids)}
+            # a message read from the file is JSON already; one the projection made may hold undefined
+            shown = message if message is source.get("message") else jsonable(message)
+            messages.append({"index": index - 1, "sourceId": source_ids[n], "sourceType": source.get("type"),
+                             "role": role, "tokens": estimates[index - 1], "provenance": provenance,
+                             "message": shown})
+    return {"messages": messages, "messageCount": count, "hidden": hidden,
+            "summarised": _summarised(compaction, path_ids)}
 
 
 def _summarised(compaction: dict | None, path_ids: list) -> dict | None:

@@ -290,6 +290,18 @@ def test_stringify_orders_array_index_keys_first() -> None:
     assert js_stringify({"__proto__": {"0": 1}, "x": 2}) == '{"__proto__":{"0":1},"x":2}'
 
 
+def test_stringify_index_keys_in_order_or_not_inside_big_documents() -> None:
+    """Index keys already first and ascending (inspect's prepareCompaction) keep the fast path's
+    output; one object out of order deep inside still gets JavaScript's order."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": f"line {n}", "n": n}]} for n in range(300)]
+    ordered = {"prepareCompaction": {"0": None, "50": {"tokensBefore": 1.0}, "20000": []}, "messages": messages}
+    expected = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).replace(":1.0}", ":1}")
+    assert js_stringify(ordered) == expected
+    messages[150]["content"][0]["meta"] = {"b": 1, "7": 2}
+    assert '"meta":{"7":2,"b":1}' in js_stringify(ordered)
+    assert js_stringify([{"x": {"2": 1, "10": 2}}]) == '[{"x":{"2":1,"10":2}}]'
+
+
 def test_stringify_rejects_non_string_keys_and_foreign_types() -> None:
     with pytest.raises(TypeError):
         js_stringify({1: "a"})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -136,3 +137,16 @@ def test_session_doc(served: Served) -> None:
     assert len(branch_points) == 100
     selected = [row for row in doc["tree"] if row.get("selected")]
     assert [row["id"] for row in selected] == ["T010b3"]
+
+
+def test_session_page_shows_the_context_tail(served: Served) -> None:
+    """A 5,000-message context: the page lists the last 300 messages (the count and a link to
+    all of them above), in the API's order; ``?ctx=all`` lists every one."""
+    api = served.get(f"/api/sessions/{sessions.LONG_ID}/context").json()
+    page = served.get(f"/sessions/{sessions.LONG_ID}").text
+    assert re.search(r'id="ctx-count">5000 from 5000 context entries', page)
+    assert "Show the 4700 earlier messages" in page
+    assert re.findall(r'class="ctx-message [^"]*" data-source="([^"]+)"', page) == [
+        m["sourceId"] for m in api["messages"][-300:]]
+    everything = served.get(f"/sessions/{sessions.LONG_ID}", params={"ctx": "all"}).text
+    assert len(re.findall(r'class="ctx-message ', everything)) == 5000 and "earlier messages" not in everything

@@ -19,6 +19,8 @@ from tests.web.conftest import Served
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the 'test' extra has it)")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -55,6 +57,13 @@ def shoot(driver: object, folder: Path, name: str) -> Path:
     return path
 
 
+def arrived(driver: object, url_part: str, css: str) -> None:
+    """Wait until the browser is on a URL containing ``url_part`` and shows ``css`` (a submit or
+    a click returns before the next page has loaded)."""
+    WebDriverWait(driver, 120).until(expected_conditions.url_contains(url_part))
+    WebDriverWait(driver, 120).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
 def inspect(served: Served, session_id: str, leaf: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "store.cli", "--db", served.db_url, "inspect", session_id,
                           "--leaf", leaf], capture_output=True, text=True, check=True, timeout=300).stdout
@@ -74,6 +83,7 @@ def test_walkthrough(browser, served_sqlite: Served, tmp_path: Path) -> None:
     box = driver.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
     box.send_keys("question 42")
     box.submit()
+    arrived(driver, "q=question", ".hits")
     hits = driver.find_elements(By.CSS_SELECTOR, ".hit")
     assert hits, "the branchy session has 'question 42'"
     marks = [m.text.lower() for m in driver.find_elements(By.CSS_SELECTOR, ".hit mark")]
@@ -83,12 +93,13 @@ def test_walkthrough(browser, served_sqlite: Served, tmp_path: Path) -> None:
     link = next(h for h in driver.find_elements(By.CSS_SELECTOR, ".hit-link")
                 if f"/sessions/{sessions.BRANCHY_ID}?leaf=T042" in h.get_attribute("href"))
     link.click()
+    arrived(driver, "leaf=T042", ".tree-rows .row.selected")
     assert driver.find_element(By.CSS_SELECTOR, ".tree-rows .row.selected").get_attribute("data-id") == "T042"
     shoot(driver, tmp_path, "3-session-hit")
 
     # a side branch: the second answer to question 42, four entries down
     driver.find_element(By.CSS_SELECTOR, "#t-T042b3 a").click()
-    assert "leaf=T042b3" in driver.current_url
+    arrived(driver, "leaf=T042b3", ".tree-rows .row.selected")
     selected = driver.find_element(By.CSS_SELECTOR, ".tree-rows .row.selected")
     assert selected.get_attribute("data-id") == "T042b3" and "on-path" in selected.get_attribute("class")
     on_path = [r.get_attribute("data-id") for r in driver.find_elements(By.CSS_SELECTOR, ".tree-rows .row.on-path")
@@ -120,6 +131,7 @@ def test_compacted_and_long_sessions(browser, served_sqlite: Served, tmp_path: P
     assert len(driver.find_elements(By.CSS_SELECTOR, ".conversation .entry")) == 200
     shoot(driver, tmp_path, "6-long-session")
     folds[0].find_element(By.TAG_NAME, "a").click()
+    arrived(driver, "open=L00001", ".context")  # the context pane comes after the tree in the page
     assert len(driver.find_elements(By.CSS_SELECTOR, ".tree-rows .row")) == 5000
 
     driver.get(f"{base}/sessions/{sessions.HOSTILE_ID}")

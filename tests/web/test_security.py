@@ -9,6 +9,7 @@ import sys
 
 import httpx
 
+from store.format import js_stringify
 from tests.web import sessions
 from tests.web.conftest import Served, free_port, start_server, stop
 
@@ -81,5 +82,32 @@ def test_token_is_required_on_every_request(tmp_path) -> None:
         assert first.status_code == 200
         # the page's own links carry the token by the cookie that ?token= set
         assert httpx.get(base + "/api/sessions", cookies=first.cookies, timeout=60).status_code == 200
+    finally:
+        stop(process)
+
+
+def test_lone_surrogates_in_ids_and_text(tmp_path) -> None:
+    """JSON allows lone surrogates (``\\ud800``) in ids and text; the pages still render (they
+    were a 500 when a link to such an id was built) and a link to such an entry is a 404."""
+    session_id = "0190c0de-0000-7000-8000-00000000d800"
+    lines = [{"type": "session", "version": 3, "id": session_id, "timestamp": "2026-03-01T00:00:00.000Z", "cwd": "/w"},
+             {"type": "message", "id": "a\ud800", "parentId": None, "timestamp": "2026-03-01T00:00:01.000Z",
+              "message": {"role": "user", "content": "hi \udfff", "timestamp": 1}},
+             {"type": "message", "id": "b", "parentId": "a\ud800", "timestamp": "2026-03-01T00:00:02.000Z",
+              "message": {"role": "user", "content": "yo", "timestamp": 2}}]
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text("".join(js_stringify(line) + "\n" for line in lines), "ascii")  # written as \ud800 escapes
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", str(path)], check=True,
+                   capture_output=True, timeout=300)
+    process, base = start_server(url)
+    try:
+        for page in (f"/sessions/{session_id}", f"/sessions/{session_id}?leaf=b", f"/api/sessions/{session_id}",
+                     f"/api/sessions/{session_id}/context"):
+            assert httpx.get(base + page, timeout=60).status_code == 200, page
+        html = httpx.get(base + f"/sessions/{session_id}", timeout=60).text
+        assert "⟨U+D800⟩" in html and "⟨U+DFFF⟩" in html  # shown, not dropped
+        link = re.search(r'href="(/sessions/[^"]*leaf=a[^"]*)"', html).group(1).replace("&amp;", "&")
+        assert httpx.get(base + link, timeout=60).status_code == 404
     finally:
         stop(process)
