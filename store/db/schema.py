@@ -28,9 +28,19 @@ Columns derived at append time (so that reads cost what they return, not what th
 The analysis columns (``search_text`` ... ``usage_cost``) are computed from the parsed entry at
 write time by ``store.analysis.extract`` (see there); migration 0003 adds them with the views and
 the full-text index (``docs/sql.md``).
+
+Shard keys (migration 0008, docs/design.md "Distributing on Citus"): every primary key and unique
+constraint of session data includes the session key (``sessions.pk``, ``session_pk`` elsewhere),
+so the tables can be distributed on it. The global names that lead to a session are kept in
+tables keyed by that name: ``session_ids`` (a session id is stored once) is the only one.
+On SQLite ``entries.pk`` stays the rowid (``INTEGER PRIMARY KEY``: the full-text index's
+``content_rowid`` and the table's own b-tree key) and ``UNIQUE (session_pk, seq)`` is the row's
+logical key; PostgreSQL's primary key is ``(session_pk, pk)`` (:data:`SQLITE_ROWID`).
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
@@ -42,6 +52,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -49,7 +60,9 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.schema import CreateColumn
 
 # SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
@@ -69,13 +82,35 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
+# ``Table.info`` key: the column that alone is a table's primary key on SQLite, where it is the
+# rowid (an INTEGER PRIMARY KEY is the table's b-tree key and the only column SQLite numbers by
+# itself); PostgreSQL gets the composite key the model declares (autoincrement on that column).
+SQLITE_ROWID = "sqlite_rowid"
+
+
+@compiles(CreateColumn, "sqlite")
+def _sqlite_column(create: CreateColumn, compiler: Any, **kw: Any) -> str:
+    column = create.element
+    if column.table.info.get(SQLITE_ROWID) != column.name:
+        return compiler.visit_create_column(create, **kw)
+    return f"{compiler.preparer.format_column(column)} INTEGER NOT NULL"  # numbered as the rowid
+
+
+@compiles(PrimaryKeyConstraint, "sqlite")
+def _sqlite_primary_key(constraint: PrimaryKeyConstraint, compiler: Any, **kw: Any) -> str:
+    rowid = constraint.table.info.get(SQLITE_ROWID)
+    if rowid is None:
+        return compiler.visit_primary_key_constraint(constraint, **kw)
+    return f"CONSTRAINT {compiler.preparer.format_constraint(constraint)} PRIMARY KEY ({rowid})"
+
+
 class SessionRow(Base):
     """One session: header fields, denormalised listing info, and where it came from."""
 
     __tablename__ = "sessions"
 
     pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(Text, unique=True)
+    session_id: Mapped[str] = mapped_column(Text, doc="unique: session_ids holds each id once (migration 0008)")
     version: Mapped[int | None] = mapped_column(Integer)
     cwd: Mapped[str] = mapped_column(Text, default="")
     parent_session: Mapped[str | None] = mapped_column(Text)
@@ -117,7 +152,8 @@ class SessionRow(Base):
 
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
-    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"))
+    __table_args__ = (Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"),
+                      Index(None, "session_id"))
 
 
 class EntryRow(Base):
@@ -126,7 +162,7 @@ class EntryRow(Base):
     __tablename__ = "entries"
 
     pk: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"))
+    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(
         String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"
@@ -160,6 +196,7 @@ class EntryRow(Base):
     usage_cost: Mapped[float] = mapped_column(Double, server_default="0", doc="cost.total")
 
     __table_args__ = (
+        PrimaryKeyConstraint("session_pk", "pk"),  # SQLite: pk, the rowid (module docstring)
         UniqueConstraint("session_pk", "seq"),
         Index(None, "session_pk", "entry_id", "seq"),
         Index(None, "session_pk", "parent_id"),
@@ -172,6 +209,7 @@ class EntryRow(Base):
         Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
               "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
               postgresql_where=text("has_usage = 1")),
+        {"info": {SQLITE_ROWID: "pk"}},
     )
 
 
@@ -179,18 +217,34 @@ sessions = SessionRow.__table__
 entries = EntryRow.__table__
 
 
+class SessionIdRow(Base):
+    """Which session holds a session id: each id once (its primary key), the one place where the
+    store's sessions meet across shards (migration 0008). ``open(id)`` reads it, then the session by
+    its key; the session row keeps its id too (views, listings)."""
+
+    __tablename__ = "session_ids"
+
+    session_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), index=True)
+
+    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_with_rowid": False}
+
+
+session_ids = SessionIdRow.__table__
+
+
 class ImportRow(Base):
-    """One imported source file: the stored prefix of it (see migration 0002)."""
+    """The stored prefix of a source file that a session was imported from (migration 0002; keyed
+    by session and path since 0008)."""
 
     __tablename__ = "imports"
 
-    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    source_path: Mapped[str] = mapped_column(Text, unique=True, doc="absolute path of the file")
-    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), index=True)
+    session_pk: Mapped[int] = mapped_column(ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True)
+    source_path: Mapped[str] = mapped_column(Text, primary_key=True, doc="absolute path of the file")
     source_bytes: Mapped[int] = mapped_column(BigInteger, doc="length of the stored prefix of the file")
     source_sha256: Mapped[str] = mapped_column(String(64), doc="sha256 of that prefix")
     source_mtime_ms: Mapped[int | None] = mapped_column(BigInteger)
-    revision: Mapped[int] = mapped_column(Integer, doc="imports of this path that stored new bytes")
+    revision: Mapped[int] = mapped_column(Integer, doc="imports of this path into this session that stored new bytes")
     imported_ms: Mapped[int] = mapped_column(BigInteger, doc="when the last of them committed")
 
 

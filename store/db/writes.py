@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Dialect, insert
 
 from store.analysis import pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
-from store.db.schema import sessions
+from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
 from store.format.jsvalue import prop
 from store.tree_columns import TreeColumns
@@ -80,4 +80,8 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:
-    return conn.execute(insert(sessions).values(**fields).returning(sessions.c.pk)).scalar_one()
+    """A new session row and its ``session_ids`` entry (where the id is unique: a stored id raises
+    the IntegrityError of that table's primary key); returns the session key."""
+    pk = conn.execute(insert(sessions).values(**fields).returning(sessions.c.pk)).scalar_one()
+    conn.execute(insert(session_ids).values(session_id=fields["session_id"], session_pk=pk))
+    return pk
