@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
-from store.db.schema import entries, session_ids, sessions
+from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
 from store.errors import SessionNotFound
 
@@ -154,13 +154,15 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
     ).scalar()
 
 
+_SESSION_KEY = "SELECT session_pk FROM session_ids WHERE session_id = ?"
+
+
 def session_by_id(conn: Connection, session_id: str) -> Row | None:
     """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form): its key
     from ``session_ids``, then the row by its key. Two statements, not a join: distributed on
     their keys (docs/design.md "Distributing on Citus"), each goes to the one shard its key names."""
-    session_pk = conn.execute(
-        select(session_ids.c.session_pk).where(session_ids.c.session_id == db_text(session_id))
-    ).scalar()
+    sql = _SESSION_KEY if conn.dialect.paramstyle == "qmark" else _SESSION_KEY.replace("?", "%s")
+    session_pk = conn.exec_driver_sql(sql, (db_text(session_id),)).scalar()  # (no statement to compile)
     return None if session_pk is None else session_by_pk(conn, session_pk)
 
 
