@@ -4,7 +4,10 @@ A distributed PostgreSQL (Citus, docs/design.md "Distributing on Citus") places 
 table by one column and can only enforce keys that include it. The session data is placed by the
 session key (``sessions.pk``, ``session_pk`` in the other tables), so:
 
-* ``entries``: PostgreSQL's primary key is ``(session_pk, pk)`` (was ``pk``). SQLite keeps
+* ``entries``: PostgreSQL's primary key is ``(session_pk, pk)`` (was ``pk``), and a plain index
+  ``ix_entries_pk`` on ``pk`` keeps the order search walks newest first (``ORDER BY pk DESC
+  LIMIT n`` stops after n matches of a common word; without it every match is read and sorted:
+  measured at 45k rows, a search for "the" took 738 ms instead of 5.5 ms). SQLite keeps
   ``pk`` as the ``INTEGER PRIMARY KEY``: there it is the rowid, the table's own b-tree key and the
   full-text index's ``content_rowid``, not a constraint a distribution has to respect (SQLite is
   never distributed); ``UNIQUE (session_pk, seq)`` is the row's logical key on both engines.
@@ -132,6 +135,7 @@ def upgrade() -> None:
     else:
         op.execute("ALTER TABLE entries DROP CONSTRAINT pk_entries, "
                    "ADD CONSTRAINT pk_entries PRIMARY KEY (session_pk, pk)")
+        op.execute("CREATE INDEX ix_entries_pk ON entries (pk)")  # (module docstring)
         op.execute("ALTER TABLE sessions DROP CONSTRAINT uq_sessions_session_id")
         op.drop_index("ix_imports_session_pk", table_name="imports")
         op.execute("ALTER TABLE imports DROP CONSTRAINT uq_imports_source_path, DROP COLUMN pk, "
@@ -171,5 +175,6 @@ def downgrade() -> None:
         op.execute("ALTER TABLE imports DROP CONSTRAINT pk_imports, ADD COLUMN pk SERIAL, ADD CONSTRAINT pk_imports "
                    "PRIMARY KEY (pk), ADD CONSTRAINT uq_imports_source_path UNIQUE (source_path)")
         op.execute("ALTER TABLE sessions ADD CONSTRAINT uq_sessions_session_id UNIQUE (session_id)")
+        op.execute("DROP INDEX ix_entries_pk")
         op.execute("ALTER TABLE entries DROP CONSTRAINT pk_entries, ADD CONSTRAINT pk_entries PRIMARY KEY (pk)")
     op.create_index("ix_imports_session_pk", "imports", ["session_pk"])

@@ -35,7 +35,8 @@ so the tables can be distributed on it. The global names that lead to a session 
 tables keyed by that name: ``session_ids`` (a session id is stored once) is the only one.
 On SQLite ``entries.pk`` stays the rowid (``INTEGER PRIMARY KEY``: the full-text index's
 ``content_rowid`` and the table's own b-tree key) and ``UNIQUE (session_pk, seq)`` is the row's
-logical key; PostgreSQL's primary key is ``(session_pk, pk)`` (:data:`SQLITE_ROWID`).
+logical key; PostgreSQL's primary key is ``(session_pk, pk)`` (:data:`SQLITE_ROWID`), with a plain
+index on ``pk`` for search's newest-first order (``ix_entries_pk``, made by the migration).
 """
 
 from __future__ import annotations
