@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 
 from store.analysis import include_name
-from store.db.engine import make_engine
+from store.db.engine import make_engine, migration_transaction
 from store.db.schema import metadata
 
 config = context.config
@@ -22,7 +22,7 @@ def run_migrations_online() -> None:
     if not url:
         raise SystemExit("no database: pass -x url=DATABASE_URL or set sqlalchemy.url")
     engine = make_engine(url)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         _run(conn)
     engine.dispose()
 

@@ -43,6 +43,7 @@ from sqlalchemy import Connection, Engine, bindparam, case, select, text
 from store.analysis import pairs
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.schema import entries, sessions
+from store.db.schema import session_ids as directory
 from store.db.stored_text import db_text
 from store.db.writes import dbapi_sql
 from store.errors import SessionNotFound, StoreError
@@ -213,7 +214,7 @@ def delete_sessions(engine: Engine, session_ids: str | Iterable[str], *, dry_run
         pks = list(found.values())
         removed = _measure(conn, "session_pk", pks)
         if not dry_run:
-            _remove_sessions(conn, pks)
+            _remove_sessions(conn, found)
     return DeleteReport([s for s in wanted if s in found], missing, removed, dry_run)
 
 
@@ -228,20 +229,27 @@ def _session_pks(conn: Connection, session_ids: list[str], *, lock: bool) -> dic
     return found
 
 
-def _measure(conn: Connection, column: str, keys: Sequence[int]) -> Removed:
-    """Rows and ``line`` / ``raw`` bytes of the entries whose ``column`` is among ``keys``."""
+def _measure(conn: Connection, column: str, keys: Sequence[int], session_pk: int | None = None) -> Removed:
+    """Rows and ``line`` / ``raw`` bytes of the entries whose ``column`` is among ``keys`` (of the
+    session ``session_pk`` only, when given)."""
     line_bytes = "length(CAST(line AS BLOB))" if is_sqlite(conn) else "octet_length(line)"
+    where = "" if session_pk is None else " AND session_pk = :spk"
     stmt = text(f"SELECT count(*), coalesce(sum({line_bytes}), 0), coalesce(sum(length(raw)), 0) "
-                f"FROM entries WHERE {column} IN :keys").bindparams(bindparam("keys", expanding=True))
+                f"FROM entries WHERE {column} IN :keys{where}").bindparams(bindparam("keys", expanding=True))
     total = Removed()
     for chunk in _chunks(keys):
-        rows, line, raw = conn.execute(stmt, {"keys": chunk}).one()
+        rows, line, raw = conn.execute(stmt, {"keys": chunk, "spk": session_pk}).one()
         total.add(Removed(rows, int(line), int(raw)))
     return total
 
 
-def _remove_sessions(conn: Connection, pks: Sequence[int]) -> None:
-    for chunk in _chunks(pks):
+def _remove_sessions(conn: Connection, found: dict[str, int]) -> None:
+    """Delete the sessions (session id -> key) and everything of theirs."""
+    for chunk in _chunks(list(found)):
+        # by id, not by the cascade from sessions: on Citus that foreign key cannot exist (the
+        # directory is distributed on the id, docs/design.md "Distributing on Citus")
+        conn.execute(directory.delete().where(directory.c.session_id.in_(chunk)))
+    for chunk in _chunks(list(found.values())):
         # entries first and explicitly (not by cascade), so the SQLite full-text trigger sees each row
         conn.execute(entries.delete().where(entries.c.session_pk.in_(chunk)))
         conn.execute(sessions.delete().where(sessions.c.pk.in_(chunk)))  # imports: ON DELETE CASCADE
@@ -269,17 +277,17 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     with transaction(engine) as conn:
         candidates = _candidates(conn, policy, cutoff, report, lock=apply)
         if policy.delete_sessions:
-            pks = [row.pk for row in candidates]
-            report.deleted = [row.session_id for row in candidates]
-            report.deleted_removed = _measure(conn, "session_pk", pks)
+            found = {row.session_id: row.pk for row in candidates}
+            report.deleted = list(found)
+            report.deleted_removed = _measure(conn, "session_pk", list(found.values()))
             if apply:
-                _remove_sessions(conn, pks)
+                _remove_sessions(conn, found)
             candidates = []
         for row in candidates:
             plan = _plan_session(conn, row, cutoff)
             if plan is None:
                 continue
-            removed = _measure(conn, "pk", plan.drop_pks)
+            removed = _measure(conn, "pk", plan.drop_pks, plan.session_pk)
             report.trimmed.append(SessionPrune(plan.session_id, plan.rows_before, removed, plan.first_removed_seq,
                                                plan.imported))
             if apply:
@@ -365,14 +373,14 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
 
 
 _RENUMBER = """UPDATE entries SET seq = ?, parent_seq = ?, depth = ?, run_start = ?, compaction_seq = ?,
-thinking_seq = ?, model_seq = ? WHERE pk = ?"""
-_DELETE_ROW = "DELETE FROM entries WHERE pk = ?"
+thinking_seq = ?, model_seq = ? WHERE session_pk = ? AND pk = ?"""
+_DELETE_ROW = "DELETE FROM entries WHERE session_pk = ? AND pk = ?"
 
 
 def _apply(conn: Connection, plan: _Plan, session) -> None:
     """Drop the planned rows, renumber the rest and re-derive their tree and listing columns."""
     cursor = conn.connection.dbapi_connection.cursor()
-    cursor.executemany(dbapi_sql(conn.dialect, _DELETE_ROW), [(pk,) for pk in plan.drop_pks])
+    cursor.executemany(dbapi_sql(conn.dialect, _DELETE_ROW), [(plan.session_pk, pk) for pk in plan.drop_pks])
     c = entries.c
     kept = conn.execute(
         select(c.pk, c.seq, c.kind, c.type, c.role, c.parent_seq, c.depth, c.run_start, c.compaction_seq,
@@ -400,7 +408,7 @@ def _apply(conn: Connection, plan: _Plan, session) -> None:
             columns = (cols.parent_seq, cols.depth, cols.run_start, cols.compaction_seq, cols.thinking_seq,
                        cols.model_seq)
         if position != row.seq or columns != tuple(row[5:11]):
-            updates.append((position, *columns, row.pk))
+            updates.append((position, *columns, plan.session_pk, row.pk))
     if updates:  # ascending: each row moves to a number that no kept row holds any more
         cursor.executemany(dbapi_sql(conn.dialect, _RENUMBER), updates)
     pairs.rebuild_session(conn, plan.session_pk)  # a call's result may be gone, or renumbered

@@ -16,6 +16,7 @@ VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compact
 HAND_WRITTEN = frozenset({
     "entries_fts", "entries_fts_data", "entries_fts_idx", "entries_fts_docsize", "entries_fts_config",
     "entries_fts_content", "fts_watermark", "ix_entries_search_vector",
+    "ix_entries_pk",  # PostgreSQL only (migration 0008): search's newest-first order
 })
 
 

@@ -101,7 +101,7 @@ def search(engine: Engine, query: str, *, session: str | None = None, role: str 
             if len(batch) < (_SCAN if path_only else limit):
                 break
             before = batch[-1].pk
-        snippets = _snippets(conn, parsed, [row.pk for row, _ in chosen])
+        snippets = _snippets(conn, parsed, [(row.session_pk, row.pk) for row, _ in chosen])
     return [
         SearchHit(row.entry_id, sessions[row.session_pk].session_id, row.seq, row.type, row.role, row.timestamp,
                   snippets.get(row.pk, ""), provenance)
@@ -134,13 +134,17 @@ def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | No
     return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
 
 
-def _snippets(conn: Connection, query: fts.Query, pks: list[int]) -> dict[int, str]:
-    """The hits' snippets, cut and marked here rather than by the engine, so that both engines
-    give the same text (PostgreSQL's ``ts_headline`` parses words differently from its index)."""
-    if not pks:
+def _snippets(conn: Connection, query: fts.Query, keys: list[tuple[int, int]]) -> dict[int, str]:
+    """The hits' snippets (by row key, of rows given as ``(session_pk, pk)``), cut and marked here
+    rather than by the engine, so that both engines give the same text (PostgreSQL's
+    ``ts_headline`` parses words differently from its index). Looked up with their session keys:
+    PostgreSQL's primary key is ``(session_pk, pk)``."""
+    if not keys:
         return {}
-    stmt = text("SELECT pk, search_text FROM entries WHERE pk IN :pks").bindparams(bindparam("pks", expanding=True))
-    return {pk: highlight(body, query) for pk, body in conn.execute(stmt, {"pks": pks})}
+    stmt = text("SELECT pk, search_text FROM entries WHERE session_pk IN :spks AND pk IN :pks").bindparams(
+        bindparam("spks", expanding=True), bindparam("pks", expanding=True))
+    params = {"spks": sorted({spk for spk, _ in keys}), "pks": [pk for _, pk in keys]}
+    return {pk: highlight(body, query) for pk, body in conn.execute(stmt, params)}
 
 
 def highlight(body: str, query: fts.Query, words: int = _SNIPPET_WORDS) -> str:

@@ -427,9 +427,35 @@ def ensure_schema(engine: Engine) -> None:
         current = MigrationContext.configure(conn).get_current_revision()
     if current == head_revision():
         return
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+
+
+class ForeignKeyViolation(StoreError):
+    """A migration left rows whose foreign keys point nowhere (it was rolled back)."""
+
+
+@contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """The transaction migrations run in. SQLite: with foreign keys off (they can only be switched
+    outside a transaction), so that a migration can rebuild a parent table (rename it aside, create
+    it anew, drop the old one) without renaming its children's references or cascading the drop;
+    ``PRAGMA foreign_key_check`` must then find nothing, or the whole migration is rolled back."""
+    with engine.connect() as conn:
+        sqlite = is_sqlite(conn)
+        driver = conn.connection.driver_connection  # outside SQLAlchemy's transaction (it would BEGIN)
+        if sqlite:
+            driver.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.begin():
+                yield conn
+                if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
+                    raise ForeignKeyViolation(f"the migration left {len(broken)} row(s) whose foreign key "
+                                              f"points nowhere (first: {tuple(broken[0])}); rolled back")
+        finally:
+            if sqlite:
+                driver.execute("PRAGMA foreign_keys = ON")
 
 
 def alembic_config(engine: Engine | None = None):

@@ -154,9 +154,16 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
     ).scalar()
 
 
+_SESSION_KEY = "SELECT session_pk FROM session_ids WHERE session_id = ?"
+
+
 def session_by_id(conn: Connection, session_id: str) -> Row | None:
-    """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form)."""
-    return conn.execute(select(sessions).where(sessions.c.session_id == db_text(session_id))).first()
+    """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form): its key
+    from ``session_ids``, then the row by its key. Two statements, not a join: distributed on
+    their keys (docs/design.md "Distributing on Citus"), each goes to the one shard its key names."""
+    sql = _SESSION_KEY if conn.dialect.paramstyle == "qmark" else _SESSION_KEY.replace("?", "%s")
+    session_pk = conn.exec_driver_sql(sql, (db_text(session_id),)).scalar()  # (no statement to compile)
+    return None if session_pk is None else session_by_pk(conn, session_pk)
 
 
 def stored_session(conn: Connection, session_id: str) -> Row:

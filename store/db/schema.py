@@ -31,9 +31,20 @@ the full-text index (``docs/sql.md``).
 
 The tables are SQLAlchemy Core ``Table`` objects (nothing maps rows to classes), so reading a
 store does not import the ORM.
+
+Shard keys (migration 0008, docs/design.md "Distributing on Citus"): every primary key and unique
+constraint of session data includes the session key (``sessions.pk``, ``session_pk`` elsewhere),
+so the tables can be distributed on it. The global names that lead to a session are kept in
+tables keyed by that name: ``session_ids`` (a session id is stored once) is the only one.
+On SQLite ``entries.pk`` stays the rowid (``INTEGER PRIMARY KEY``: the full-text index's
+``content_rowid`` and the table's own b-tree key) and ``UNIQUE (session_pk, seq)`` is the row's
+logical key; PostgreSQL's primary key is ``(session_pk, pk)`` (:data:`SQLITE_ROWID`), with a plain
+index on ``pk`` for search's newest-first order (``ix_entries_pk``, made by the migration).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -46,6 +57,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Table,
@@ -54,6 +66,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateColumn
 
 # SQLite only treats "INTEGER PRIMARY KEY" as the rowid alias; BIGINT keys would not autoincrement.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
@@ -78,11 +92,33 @@ def _required(name: str, *args: object, **options: object) -> Column:
     return Column(name, *args, nullable=False, **options)
 
 
+# ``Table.info`` key: the column that alone is a table's primary key on SQLite, where it is the
+# rowid (an INTEGER PRIMARY KEY is the table's b-tree key and the only column SQLite numbers by
+# itself); PostgreSQL gets the composite key the table declares (autoincrement on that column).
+SQLITE_ROWID = "sqlite_rowid"
+
+
+@compiles(CreateColumn, "sqlite")
+def _sqlite_column(create: CreateColumn, compiler: Any, **kw: Any) -> str:
+    column = create.element
+    if column.table.info.get(SQLITE_ROWID) != column.name:
+        return compiler.visit_create_column(create, **kw)
+    return f"{compiler.preparer.format_column(column)} INTEGER NOT NULL"  # numbered as the rowid
+
+
+@compiles(PrimaryKeyConstraint, "sqlite")
+def _sqlite_primary_key(constraint: PrimaryKeyConstraint, compiler: Any, **kw: Any) -> str:
+    rowid = constraint.table.info.get(SQLITE_ROWID)
+    if rowid is None:
+        return compiler.visit_primary_key_constraint(constraint, **kw)
+    return f"CONSTRAINT {compiler.preparer.format_constraint(constraint)} PRIMARY KEY ({rowid})"
+
+
 # One session: header fields, denormalised listing info, and where it came from.
 sessions = Table(
     "sessions", metadata,
     Column("pk", Integer, primary_key=True, autoincrement=True),
-    _required("session_id", Text, unique=True),
+    _required("session_id", Text, doc="unique: session_ids holds each id once (migration 0008)"),
     Column("version", Integer),
     _required("cwd", Text, default=""),
     Column("parent_session", Text),
@@ -118,13 +154,14 @@ sessions = Table(
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
     Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"),
+    Index(None, "session_id"),
 )
 
 # One physical line of a session file (see the module docstring for the derived columns).
 entries = Table(
     "entries", metadata,
     Column("pk", RowId, primary_key=True, autoincrement=True),
-    _required("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE")),
+    Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
     _required("seq", Integer),
     _required("kind", String(12), doc="header | entry | value (non-object JSON) | extra_header | skipped"),
     Column("entry_id", Text),
@@ -154,6 +191,7 @@ entries = Table(
     _required("usage_cache_read", BigInteger, server_default="0"),
     _required("usage_cache_write", BigInteger, server_default="0"),
     _required("usage_cost", Double, server_default="0", doc="cost.total"),
+    PrimaryKeyConstraint("session_pk", "pk"),  # SQLite: pk, the rowid (module docstring)
     UniqueConstraint("session_pk", "seq"),
     Index(None, "session_pk", "entry_id", "seq"),
     Index(None, "session_pk", "parent_id"),
@@ -166,18 +204,29 @@ entries = Table(
     Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
           "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
           postgresql_where=text("has_usage = 1")),
+    info={SQLITE_ROWID: "pk"},
 )
 
-# One imported source file: the stored prefix of it (see migration 0002).
+# Which session holds a session id: each id once (its primary key), the one place where the
+# store's sessions meet across shards (migration 0008). ``open(id)`` reads it, then the session by
+# its key; the session row keeps its id too (views, listings).
+session_ids = Table(
+    "session_ids", metadata,
+    Column("session_id", Text, primary_key=True),
+    _required("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), index=True),
+    sqlite_with_rowid=False,
+)
+
+# The stored prefix of a source file that a session was imported from (migration 0002; keyed by
+# session and path since 0008).
 imports = Table(
     "imports", metadata,
-    Column("pk", Integer, primary_key=True, autoincrement=True),
-    _required("source_path", Text, unique=True, doc="absolute path of the file"),
-    _required("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), index=True),
+    Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
+    Column("source_path", Text, primary_key=True, doc="absolute path of the file"),
     _required("source_bytes", BigInteger, doc="length of the stored prefix of the file"),
     _required("source_sha256", String(64), doc="sha256 of that prefix"),
     Column("source_mtime_ms", BigInteger),
-    _required("revision", Integer, doc="imports of this path that stored new bytes"),
+    _required("revision", Integer, doc="imports of this path into this session that stored new bytes"),
     _required("imported_ms", BigInteger, doc="when the last of them committed"),
 )
 

@@ -12,7 +12,7 @@ from sqlalchemy.util import await_only
 
 from store.analysis import pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
-from store.db.schema import sessions
+from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
 from store.format.jsvalue import prop
 from store.tree_columns import TreeColumns
@@ -90,4 +90,8 @@ async def _copy_async(driver: Any, rows: list[tuple]) -> None:
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:
-    return conn.execute(insert(sessions).values(**fields).returning(sessions.c.pk)).scalar_one()
+    """A new session row and its ``session_ids`` entry (where the id is unique: a stored id raises
+    the IntegrityError of that table's primary key); returns the session key."""
+    pk = conn.execute(insert(sessions).values(**fields).returning(sessions.c.pk)).scalar_one()
+    conn.execute(insert(session_ids).values(session_id=fields["session_id"], session_pk=pk))
+    return pk

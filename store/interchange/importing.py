@@ -296,8 +296,9 @@ def _compare(conn: Connection, stream: BinaryIO, size: int, source: str, session
     note = f"{_diverged_reason(session)}; the file has not changed since" if diverged else None
     if session.source_sha256 is None:
         return _Plan(CONFLICT, session, reason="a session with this id was created through the store's API")
-    record = conn.execute(select(imports).where(imports.c.source_path == source)).first()
-    if record is not None and record.session_pk == session.pk and record.source_bytes == size:
+    record = conn.execute(select(imports).where(imports.c.session_pk == session.pk,
+                                                imports.c.source_path == source)).first()
+    if record is not None and record.source_bytes == size:
         hasher = sha256_of(stream, size)
         if hasher.hexdigest() == record.source_sha256:  # what this very path gave last time
             return _Plan(UNCHANGED, session, hasher, note=note)
@@ -343,17 +344,17 @@ def _can_append(conn: Connection, session: Row) -> bool:
 
 
 def _record(conn: Connection, source: str, session_pk: int, size: int, sha256: str, mtime: float) -> int:
-    """Remember which bytes of ``source`` are stored; returns the path's revision."""
+    """Remember which bytes of ``source`` are stored in the session; returns the revision of the
+    path's record for that session."""
     now = int(time.time() * 1000)
-    row = conn.execute(select(imports.c.revision, imports.c.source_sha256, imports.c.session_pk)
-                       .where(imports.c.source_path == source)).first()
-    values = {"session_pk": session_pk, "source_bytes": size, "source_sha256": sha256,
-              "source_mtime_ms": int(mtime * 1000), "imported_ms": now}
+    key = (imports.c.session_pk == session_pk, imports.c.source_path == source)
+    row = conn.execute(select(imports.c.revision, imports.c.source_sha256).where(*key)).first()
+    values = {"source_bytes": size, "source_sha256": sha256, "source_mtime_ms": int(mtime * 1000), "imported_ms": now}
     if row is None:
-        conn.execute(imports.insert().values(source_path=source, revision=1, **values))
+        conn.execute(imports.insert().values(session_pk=session_pk, source_path=source, revision=1, **values))
         return 1
-    if row.source_sha256 == sha256 and row.session_pk == session_pk:
+    if row.source_sha256 == sha256:
         return row.revision
-    conn.execute(update(imports).where(imports.c.source_path == source).values(revision=row.revision + 1, **values))
+    conn.execute(update(imports).where(*key).values(revision=row.revision + 1, **values))
     return row.revision + 1
 

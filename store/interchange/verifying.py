@@ -344,7 +344,8 @@ def _check_postgresql(engine: Engine, health: DatabaseHealth) -> None:
     with read_transaction(engine) as conn:
         invalid = conn.execute(text(
             "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid "
-            "WHERE t.relname IN ('sessions', 'entries', 'imports') AND t.relnamespace = current_schema()::regnamespace "
+            "WHERE t.relname IN ('sessions', 'entries', 'imports', 'session_ids') "
+            "AND t.relnamespace = current_schema()::regnamespace "
             "AND NOT (i.indisvalid AND i.indisready) ORDER BY 1")).scalars().all()
         failures = conn.execute(text("SELECT checksum_failures FROM pg_stat_database "
                                      "WHERE datname = current_database()")).scalar()
