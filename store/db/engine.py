@@ -444,7 +444,9 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
     ``PRAGMA foreign_key_check`` must then find nothing, or the whole migration is rolled back."""
     with engine.connect() as conn:
         sqlite = is_sqlite(conn)
-        driver = conn.connection.driver_connection  # outside SQLAlchemy's transaction (it would BEGIN)
+        # outside SQLAlchemy's transaction (it would BEGIN); a DB-API cursor: the same call on
+        # sqlite3 and on the async engine's aiosqlite adapter
+        driver = conn.connection.dbapi_connection.cursor()
         if sqlite:
             driver.execute("PRAGMA foreign_keys = OFF")
         try:
@@ -456,6 +458,7 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
         finally:
             if sqlite:
                 driver.execute("PRAGMA foreign_keys = ON")
+            driver.close()
 
 
 def alembic_config(engine: Engine | None = None):
