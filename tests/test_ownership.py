@@ -2,7 +2,7 @@
 tokens (``SessionClaimed``), and the mark a store write leaves on a session imported from a file.
 
 Real processes where the rule is about processes: two managers in two processes, a claim holder
-paused with SIGSTOP past its expiry, racing writers with readers looping beside them.
+paused with SIGSTOP past its expiry, racing writers (some on the async API) with readers looping beside them.
 """
 
 from __future__ import annotations
@@ -277,52 +277,81 @@ def test_a_paused_claim_holder_cannot_write_after_a_takeover(db_url: str) -> Non
 # racing writers and looping readers, in real processes
 
 RACER = textwrap.dedent("""
-    import json, sys, time
+    import asyncio, json, sys, time
     from pathlib import Path
+    from store.aio import AsyncSessionStore
     from store.errors import SessionChanged
     from store.session_store import SessionStore
-    url, session_id, root, tag, count, sync = (sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4],
-                                               int(sys.argv[5]), Path(sys.argv[6]))
-    store = SessionStore.connect(url)
-    (sync / f"ready-{tag}").touch()
-    while not (sync / "go").exists():
-        time.sleep(0.001)
-    sm = store.open(session_id)
-    acked, conflicts = [], 0
-    for i in range(count):
-        while True:
-            sm.branch(acked[-1] if acked else root)  # this writer's own chain
-            try:
-                acked.append(sm.append_message({"role": "user", "content": f"{tag} {i}"}))
-                break
-            except SessionChanged:
-                conflicts += 1
-                sm.refresh()
+    url, session_id, root, tag, count, sync, kind = (sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4],
+                                                     int(sys.argv[5]), Path(sys.argv[6]), sys.argv[7])
+
+    def ready_go():
+        (sync / f"ready-{tag}").touch()
+        while not (sync / "go").exists():
+            time.sleep(0.001)
+
+    def race():
+        store = SessionStore.connect(url)
+        ready_go()
+        sm = store.open(session_id)
+        acked, conflicts = [], 0
+        for i in range(count):
+            while True:
+                sm.branch(acked[-1] if acked else root)  # this writer's own chain
+                try:
+                    acked.append(sm.append_message({"role": "user", "content": f"{tag} {i}"}))
+                    break
+                except SessionChanged:
+                    conflicts += 1
+                    sm.refresh()
+        return acked, conflicts
+
+    async def race_async():  # the same writer on the async API
+        store = await AsyncSessionStore.connect(url)
+        ready_go()
+        sm = await store.open(session_id)
+        acked, conflicts = [], 0
+        for i in range(count):
+            while True:
+                await sm.branch(acked[-1] if acked else root)
+                try:
+                    acked.append(await sm.append_message({"role": "user", "content": f"{tag} {i}"}))
+                    break
+                except SessionChanged:
+                    conflicts += 1
+                    await sm.refresh()
+        await store.close()
+        return acked, conflicts
+
+    acked, conflicts = asyncio.run(race_async()) if kind == "async" else race()
     print(json.dumps({"acked": acked, "conflicts": conflicts}))
 """)
 
 READER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
+    from store.describe import describe_session
     from store.session_store import SessionStore
     store = SessionStore.connect(sys.argv[1])
     sync = Path(sys.argv[2])
     loops = 0
-    while not (sync / "stop").exists():
+    while not (sync / "stop").exists():  # list, open, inspect, search
         for info in store.list_all(limit=20):
             store.open(info.id).build_session_context()
+            describe_session(store, info.id)
         store.search("racer")
         loops += 1
     print(loops)
 """)
 
 
-def _race(url: str, tmp_path: Path, plan: list[tuple[str, str]], count: int) -> list[dict]:
-    """Run one writer per ``(session_id, root)`` of ``plan`` and two readers; return the writers'
-    reports once all are done."""
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, url, sid, root, f"racer{i}", str(count), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i, (sid, root) in enumerate(plan)]
+def _race(url: str, tmp_path: Path, plan: list[tuple[str, str]], count: int, async_writers: int = 0) -> list[dict]:
+    """Run one writer per ``(session_id, root)`` of ``plan`` (the last ``async_writers`` of them on
+    ``AsyncSessionStore``) and two readers; return the writers' reports once all are done."""
+    kinds = ["sync"] * (len(plan) - async_writers) + ["async"] * async_writers
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, url, sid, root, f"racer{i}", str(count), str(tmp_path),
+                               kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, ((sid, root), kind) in enumerate(zip(plan, kinds, strict=True))]
     readers = [subprocess.Popen([sys.executable, "-c", READER, url, str(tmp_path)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     deadline = time.monotonic() + 300  # starting Python and connecting is slow on a loaded machine
@@ -367,7 +396,7 @@ def test_four_writers_race_on_one_session(db_url: str, tmp_path: Path) -> None:
             session_id = sm.get_session_id()
         run = tmp_path / f"run{attempt}"
         run.mkdir()
-        reports = _race(db_url, run, [(session_id, root)] * 4, count=60)
+        reports = _race(db_url, run, [(session_id, root)] * 4, count=60, async_writers=1)
         with SessionStore.connect(db_url) as store:
             _assert_stored_once(store, session_id, root, reports)
         _verify_all(db_url)
@@ -377,19 +406,21 @@ def test_four_writers_race_on_one_session(db_url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_eight_writers_on_eight_sessions(db_url: str, tmp_path: Path) -> None:
+def test_sixteen_writers_on_sixteen_sessions(db_url: str, tmp_path: Path) -> None:
+    """16 writer processes, 4 of them on the async API, each on a session of its own, with the two
+    readers looping beside them."""
     plan = []
     with SessionStore.connect(db_url) as store:
-        for i in range(8):
+        for i in range(16):
             sm = store.create(f"/race/{i}")
             plan.append((sm.get_session_id(), sm.append_message({"role": "user", "content": f"racer root {i}"})))
-    reports = _race(db_url, tmp_path, plan, count=60)
+    reports = _race(db_url, tmp_path, plan, count=30, async_writers=4)
     assert all(r["conflicts"] == 0 for r in reports)  # nobody shares a session: nobody is stale
     with SessionStore.connect(db_url) as store:
         for (session_id, root), report in zip(plan, reports, strict=True):
             _assert_stored_once(store, session_id, root, [report])
         with store.engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM sessions")).scalar_one() == 8
+            assert conn.execute(text("SELECT count(*) FROM sessions")).scalar_one() == 16
     _verify_all(db_url)
 
 
