@@ -7,7 +7,7 @@ handled by ``refresh()`` and a retry). Every run checks that every acknowledged 
 exactly once and nothing else is.
 
     python tools/bench_concurrency.py --seconds 2 --writers 1,4,16,64 [--engines sqlite,postgresql]
-        [--modes threads,processes,async] [--appends N] [--pg postgresql+psycopg://postgres@127.0.0.1/test]
+        [--modes threads,processes,async] [--appends N] [--rounds R] [--pg postgresql+psycopg://postgres@127.0.0.1/test]
 
 The raw loop inserts one row and commits, per append, into a table with three indexes
 (``bench_async.TABLE``): sqlite3 / aiosqlite on SQLite (WAL, ``BEGIN IMMEDIATE``, the store's
@@ -373,18 +373,37 @@ def with_pool(url: str, engine: str, n: int) -> str:
     return make_url(url).update_query_dict({"pool_size": str(max(5, n))}).render_as_string(hide_password=False)
 
 
+def measure(mode: str, url: str, engine: str, session_of: list[str], raw: Raw, plan: Plan, base: int,
+            store_first: bool) -> tuple[dict, dict]:
+    """The store's writers on ``session_of`` (checked) and as many raw writers, one after the other."""
+
+    def mine() -> dict:
+        runs = store_runs(mode, with_pool(url, engine, len(session_of)), session_of, plan)
+        check_stored(url, session_of, runs)
+        return summarise(runs)
+
+    def theirs() -> dict:
+        return summarise(raw_runs(mode, raw, len(session_of), plan, base))
+
+    if store_first:
+        return mine(), theirs()
+    raw_figures = theirs()
+    return mine(), raw_figures
+
+
 def bench_engine(engine: str, url: str, raw: Raw, args: argparse.Namespace) -> None:
+    """Each configuration ``args.rounds`` times, the store and the raw loop back to back, the one
+    that goes first alternating (the machine's load changes: a ratio is of the same moment)."""
     plan, labels = Plan(args.seconds, args.appends), count()
     raw.setup()
     for mode in args.modes:
         for n in args.writers:
-            label = f"{mode}-{n}-{next(labels)}"
-            session_of = make_sessions(url, n, label)
-            mine = summarise(runs := store_runs(mode, with_pool(url, engine, n), session_of, plan))
-            check_stored(url, session_of, runs)
-            theirs = summarise(raw_runs(mode, raw, n, plan, base=next(labels) * 1000))
-            record(engine=engine, mode=mode, writers=n, what="store", **mine)
-            record(engine=engine, mode=mode, writers=n, what="raw", **theirs)
+            for r in range(args.rounds):
+                session_of = make_sessions(url, n, f"{mode}-{n}-{next(labels)}")
+                mine, theirs = measure(mode, url, engine, session_of, raw, plan, next(labels) * 1000, r % 2 == 0)
+                ratio = round(mine["per_s"] / theirs["per_s"], 2)
+                record(engine=engine, mode=mode, writers=n, round=r, what="store", ratio=ratio, **mine)
+                record(engine=engine, mode=mode, writers=n, round=r, what="raw", **theirs)
         if SHARED_WRITERS in args.writers or args.shared:
             sessions = make_sessions(url, SHARED_WRITERS - SHARING + 1, f"{mode}-shared-{next(labels)}")
             session_of = [sessions[0]] * SHARING + sessions[1:]
@@ -393,15 +412,22 @@ def bench_engine(engine: str, url: str, raw: Raw, args: argparse.Namespace) -> N
             record(engine=engine, mode=mode, writers=SHARED_WRITERS, what="store, 4 on one session", **summarise(runs))
 
 
+def combined(what: str, engine: str, mode: str, writers: int) -> dict:
+    """The rounds of one configuration: medians of the figures, sums of the counts."""
+    rows = [r for r in RESULTS if (r["what"], r["engine"], r["mode"], r["writers"]) == (what, engine, mode, writers)]
+    out = {k: statistics.median(r[k] for r in rows) for k in ("per_s", "p50_ms", "p99_ms", "ratio") if k in rows[0]}
+    return out | {k: sum(r[k] for r in rows) for k in ("conflicts", "errors")}
+
+
 def print_tables() -> None:
     print("\n| engine | mode | writers | store appends/s | raw appends/s | ratio | store p50 / p99 ms "
           "| raw p50 / p99 ms | failed appends store / raw |\n|---|---|---|---|---|---|---|---|---|")
-    for mine in (r for r in RESULTS if r["what"] == "store"):
-        theirs = next(r for r in RESULTS if r["what"] == "raw" and all(
-            r[k] == mine[k] for k in ("engine", "mode", "writers")))
-        print(f"| {mine['engine']} | {mine['mode']} | {mine['writers']} | {mine['per_s']} | {theirs['per_s']} "
-              f"| {mine['per_s'] / theirs['per_s']:.2f} | {mine['p50_ms']} / {mine['p99_ms']} "
-              f"| {theirs['p50_ms']} / {theirs['p99_ms']} | {mine['errors']} / {theirs['errors']} |")
+    configs = dict.fromkeys((r["engine"], r["mode"], r["writers"]) for r in RESULTS if r["what"] == "store")
+    for engine, mode, n in configs:
+        mine, theirs = combined("store", engine, mode, n), combined("raw", engine, mode, n)
+        print(f"| {engine} | {mode} | {n} | {mine['per_s']:.0f} | {theirs['per_s']:.0f} | {mine['ratio']:.2f} "
+              f"| {mine['p50_ms']:.2f} / {mine['p99_ms']:.1f} | {theirs['p50_ms']:.2f} / {theirs['p99_ms']:.1f} "
+              f"| {mine['errors']} / {theirs['errors']} |")
     shared = [r for r in RESULTS if r["what"].startswith("store, ")]
     if shared:
         print(f"\n{SHARED_WRITERS} writers, {SHARING} of them on one session (every acknowledged append stored once):")
@@ -416,6 +442,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="each writer's run (unless --appends)")
     parser.add_argument("--appends", type=int, help="appends per writer instead of --seconds")
+    parser.add_argument("--rounds", type=int, default=1, help="of each configuration (the table: medians)")
     parser.add_argument("--writers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
     parser.add_argument("--engines", type=lambda s: s.split(","), default=["sqlite", "postgresql"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["threads", "processes", "async"])
