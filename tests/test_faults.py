@@ -176,12 +176,35 @@ def test_locked_database(tmp_path: Path) -> None:
         env = {"PI_STORE_LOCK_TIMEOUT": "1"}
         done = pi_store(url, "search", "the", env=env)
         assert done.returncode == 0 and done.stderr.startswith(STALE) and "database is locked" in done.stderr
+        started = time.monotonic()
         done = pi_store(url, "import", str(OTHER), env=env)
         assert done.returncode == 1 and "Traceback" not in done.stderr and "[SQL" not in done.stderr
         assert "database is locked" in done.stderr
+        # the 1 s the user allowed, once: not once per retry (it took 20 such waits)
+        assert time.monotonic() - started < 10
     finally:
         holder.rollback()
         holder.close()
+
+
+def test_lock_timeout_zero_waits_as_long_as_it_takes(tmp_path: Path, monkeypatch) -> None:
+    """``PI_STORE_LOCK_TIMEOUT=0`` is "no limit" on SQLite too (SQLite's own busy timeout 0 would
+    fail at once): an append waits for a writer that holds the lock for a while, then lands."""
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "0")
+    db = tmp_path / "s.db"
+    with SessionStore.connect(f"sqlite:///{db}") as store:
+        sm = store.create("/w")
+        first = sm.append_message({"role": "user", "content": "one", "timestamp": 1})
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(1.5, holder.rollback)
+        release.start()
+        try:
+            second = sm.append_message({"role": "user", "content": "two", "timestamp": 2})
+        finally:
+            release.join()
+            holder.close()
+        assert sm.get_branch_ids(second) == [first, second]
 
 
 def test_corrupt_database_says_so(tmp_path: Path) -> None:

@@ -232,11 +232,11 @@ def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly |
                 raise ValueError("an in-memory database cannot be opened read-only")
             uri = sqlite_read_only_uri(Path(parsed.database), read_only)
             options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False,
-                                                         timeout=lock_ms / 1000)
+                                                         timeout=_sqlite_busy_ms(lock_ms) / 1000)
         engine = create(
             parsed,
             poolclass=StaticPool if memory else None,
-            connect_args={"check_same_thread": False, "timeout": lock_ms / 1000},
+            connect_args={"check_same_thread": False, "timeout": _sqlite_busy_ms(lock_ms) / 1000},
             **options,
         )
         _configure_sqlite(_sync(engine), memory, read_only is not None, lock_ms)
@@ -332,6 +332,12 @@ def summarise(engine: Engine, error: DBAPIError, *, connecting: bool = False) ->
                         else f"{reason} ({where})")
 
 
+def _sqlite_busy_ms(lock_ms: int) -> int:
+    """SQLite's busy timeout for a lock timeout: 0 means no limit, which SQLite spells as its
+    largest timeout (its own 0 is "do not wait at all")."""
+    return lock_ms or 2**31 - 1
+
+
 def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
@@ -347,7 +353,7 @@ def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: in
         # and an append dirties ~7 pages (row, indexes, session row); measured +15 % single appends
         cur.execute("PRAGMA wal_autocheckpoint=10000")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute(f"PRAGMA busy_timeout={lock_ms}")
+        cur.execute(f"PRAGMA busy_timeout={_sqlite_busy_ms(lock_ms)}")
         cur.close()
 
     @event.listens_for(engine, "begin")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from store.db.engine import lock_timeout_ms
 from store.db.faults import error_line
 from store.errors import StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
@@ -28,7 +29,10 @@ from store.interchange.reading import StrictRefusal
 if TYPE_CHECKING:
     from store.session_store import SessionStore
 
-LOCK_RETRIES = 20  # another process holding SQLite's write lock longer than its busy timeout
+# SQLite: an import that found the write lock taken is tried again, at most this often, while the
+# lock timeout (PI_STORE_LOCK_TIMEOUT) has not run out since the first try: a quick "locked"
+# (before the busy timeout ended) is retried, a lock held past the timeout is the file's failure
+LOCK_RETRIES = 20
 SETTLE_SECONDS = 2.0  # a file ending in an unfinished line this recently is probably being written
 
 
@@ -89,13 +93,14 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
     try:
         if settle is not None and _being_written(path, settle):
             return ImportReport(str(path), None, BUSY, error="the file is being written (no final newline yet)")
-        attempt = 1
+        attempt, started, limit_ms = 1, time.monotonic(), lock_timeout_ms()
         while True:
             try:
                 return import_file(store, path, strict=strict, replace=replace, prefer=prefer,
                                    keep_non_sessions=keep_non_sessions, progress=progress)
-            except OperationalError as exc:  # SQLite: another writer held the lock past the busy timeout
-                if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES:
+            except OperationalError as exc:  # SQLite: another writer holds the write lock
+                waited_ms = (time.monotonic() - started) * 1000
+                if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES or 0 < limit_ms <= waited_ms:
                     raise
                 attempt += 1
     except ImportConflict as exc:
