@@ -331,9 +331,11 @@ async def async_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 
 async def test_committed_scripts_through_the_async_api_give_pis_outcome(async_engine: AsyncEngine) -> None:
     """The operation-script goldens (tests/test_api_differential.py) through ``store.aio``: Pi's
-    return values, snapshots and file bytes — so what the async API writes is what the sync one does."""
+    return values, snapshots and file bytes — so what the async API writes is what the sync one does.
+    Every fourth random golden and every regression: the sync suite runs them all, and both APIs
+    run the same code (CI time)."""
     lines = gzip.decompress((API_SCRIPTS / "random.jsonl.gz").read_bytes()).decode("ascii").split("\n")
-    cases = [(case["script"], Outcome.from_json(case["pi"])) for case in map(js_parse, filter(None, lines))]
+    cases = [(case["script"], Outcome.from_json(case["pi"])) for case in map(js_parse, filter(None, lines))][::4]
     for path in sorted((API_SCRIPTS / "regressions").glob("*.script.json")):
         name = path.name.removesuffix(".script.json")
         expected = json.loads((path.parent / f"{name}.pi.json").read_text("utf-8"))
@@ -344,7 +346,7 @@ async def test_committed_scripts_through_the_async_api_give_pis_outcome(async_en
                 Outcome([js_parse(json.dumps(r)) for r in expected["results"]], expected["states"], files),
             )
         )
-    assert len(cases) >= 150
+    assert len(cases) >= 40
     differences = [
         f"{script['name']}: {diff}"
         for script, pi in cases

@@ -37,7 +37,7 @@ SESSION_ID = "01922b86-b51f-7754-877a-d47a8729ab04"  # small-seed32-0: compact -
 PG_URL = re.compile(r"postgres(?:ql)?(?:\+\w+)?://\S+")
 # Commands that serve or follow until Ctrl-C: they are interrupted once they have run this long.
 LONG_RUNNING = re.compile(r"--watch\b|\bpi-store\b.*\bserve\b|(?:^|\|\s*)datasette\b")
-RUNS_FOR_S = 5
+RUNS_FOR_S = 3
 LINE_TIMEOUT_S = 120
 
 
