@@ -90,6 +90,9 @@ def _pg_database() -> str | None:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its loud skips go to the controller
+        session.config.workeroutput["loud_skips"] = {**_loud_skips, **(
+            {"postgresql tests": _pg_state["skip"]} if _pg_state.get("skip") else {})}
     name = _pg_state.get("name")
     if name:
         admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
@@ -103,6 +106,12 @@ def skip_loudly(what: str, reason: str) -> NoReturn:
     skipped and why (as for an unreachable PostgreSQL server)."""
     _loud_skips[what] = reason
     pytest.skip(reason)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: gather the loud skips of a worker that finished."""
+    _loud_skips.update(getattr(node, "workeroutput", {}).get("loud_skips", {}))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
