@@ -646,6 +646,9 @@ def one_run(scenario: Scenario, ctx: Context, result: RunResult) -> None:
     if scenario.during is not None:
         helper = threading.Thread(target=scenario.during, args=(ctx, stop), daemon=True)
         helper.start()
+    me = os.getpid()
+    # children this process had already (a test runner's own servers): not the command's orphans
+    earlier = {pid for pid, parent in _ppids().items() if parent == me}
     running = Running.start(scenario.command(ctx))
     try:
         if scenario.marker is not None and not running.wait_for(scenario.marker, COMMAND_TIMEOUT):
@@ -663,7 +666,7 @@ def one_run(scenario: Scenario, ctx: Context, result: RunResult) -> None:
             running.process.kill()
             running.process.wait()
             time.sleep(0.05)
-            left = survivors(tree, set())
+            left = survivors(tree, earlier)
             if left:
                 raise Failed(f"processes outlived the killed command by {GRACE:.0f} s: {left}")
     finally:
