@@ -376,6 +376,10 @@ class AsyncSessionManager:
         return await _run(self.sync.get_tree)
 
     # ------------------------------------------------------------------ context
+    async def context_path(self) -> list:
+        """The entries of the leaf's path that its context depends on (``SessionManager.context_path``)."""
+        return await _run(self.sync.context_path)
+
     async def build_context_entries(self) -> list:
         return await _run(self.sync.build_context_entries)
 

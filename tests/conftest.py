@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from store.session_store import SessionStore
+from tests.async_as_sync import async_store
 
 PG_URL = os.environ.get("PI_STORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _pg_state: dict[str, str | None] = {}
@@ -145,8 +146,27 @@ def clock() -> Clock:
     return Clock()
 
 
+def pytest_generate_tests(metafunc) -> None:
+    """``both_apis`` tests get ``api`` = sync, then async: the same test body on both APIs."""
+    if "api" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_apis"):
+        only_sync = metafunc.definition.get_closest_marker("sync_api_only")
+        metafunc.parametrize("api", ["sync"] if only_sync else ["sync", "async"], indirect=True)
+
+
 @pytest.fixture
-def store(db_url: str, clock: Clock) -> Iterator[SessionStore]:
-    """A SessionStore on a fresh database (SQLite file, then PostgreSQL)."""
+def api(request) -> str:
+    """Which API the test's store is: "sync" unless the test is ``both_apis`` (then both, in turn)."""
+    return getattr(request, "param", "sync")
+
+
+@pytest.fixture
+def store(db_url: str, clock: Clock, api: str) -> Iterator[SessionStore]:
+    """A SessionStore on a fresh database (SQLite file, then PostgreSQL); in a ``both_apis``
+    test, then also an ``AsyncSessionStore`` with the sync call shapes (its calls made on an
+    event loop, see tests/async_as_sync.py)."""
+    if api == "async":
+        with async_store(db_url, clock=clock) as s:
+            yield s  # type: ignore[misc]  # SessionStore's call shapes, duck-typed
+        return
     with SessionStore.connect(db_url, clock=clock) as s:
         yield s

@@ -15,6 +15,8 @@ import pytest
 from store import services
 from store.session_store import SessionStore
 
+pytestmark = pytest.mark.both_apis  # every test on the `store` fixture: on the sync API, then the async one
+
 
 def system(content: str, sections: dict | None = None, tools: list | None = None) -> dict:
     message = {"role": "system", "content": content, "timestamp": 1}

@@ -16,6 +16,8 @@ from store.errors import (
 )
 from store.session_store import SessionStore
 
+pytestmark = pytest.mark.both_apis  # every test on the `store` fixture: on the sync API, then the async one
+
 
 def user(text: str) -> dict:
     return {"role": "user", "content": text, "timestamp": 1}
