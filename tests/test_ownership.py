@@ -25,6 +25,8 @@ from tests.oracle_support import FIXTURES
 
 SAMPLE = FIXTURES / "sessions" / "small-seed1-0.jsonl"
 
+pytestmark = pytest.mark.both_apis  # the tests on the `store` fixture: on the sync API, then the async one
+
 
 def _row_count(store: SessionStore, session_id: str) -> int:
     with store.engine.connect() as conn:

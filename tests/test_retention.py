@@ -36,6 +36,8 @@ LISTING = ("entry_count", "message_count", "first_message", "name", "activity_ms
 TREE = ("seq", "kind", "entry_id", "parent_seq", "depth", "run_start", "compaction_seq", "thinking_seq", "model_seq",
         "superseded")
 
+pytestmark = pytest.mark.both_apis  # the tests on the `store` fixture: on the sync API, then the async one
+
 
 @contextmanager
 def _reference(store: SessionStore, tmp_path: Path) -> Iterator[SessionStore]:
