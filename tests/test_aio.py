@@ -1,30 +1,26 @@
-"""The async API (``store.aio``) on SQLite (aiosqlite) and PostgreSQL (psycopg async): the same
-behaviours as the sync API, the same bytes, and many tasks sharing one store."""
+"""The async API (``store.aio``) on SQLite (aiosqlite) and PostgreSQL (psycopg async): what is its
+own — its engines, nested batches across awaits, awaitable summarizers, many tasks sharing one store,
+cancellation — and its results equal to the sync API's.
+
+The sync API's behavioural suites run on the async API as well (``pytest.mark.both_apis``: the
+manager, context, ownership and retention suites and the operation-script goldens against Pi,
+through tests/async_as_sync.py); they are not repeated here."""
 
 from __future__ import annotations
 
 import asyncio
-import gzip
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store.aio import AsyncSessionManager, AsyncSessionStore
-from store.db.engine import ensure_schema, make_async_engine
-from store.errors import SessionChanged, SessionClaimed
-from store.format import js_parse
+from store.errors import SessionChanged
 from store.retention import RetentionPolicy
 from store.services import CompactionSettings, DeterministicSummarizer, SummaryResponse
 from store.session_store import SessionStore
-from tests.apidiff.generate import generate, generator_engine
-from tests.apidiff.pi import run_on_pi
-from tests.apidiff.script import Outcome, first_difference, parse_script, run_script_async
 from tests.conftest import Clock
-from tests.oracle_support import ORACLE_SKIP_REASON, oracle_available
 
 pytestmark = pytest.mark.anyio
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -72,23 +68,6 @@ async def test_a_plain_file_path_names_the_same_sqlite_store_for_both_apis(tmp_p
         assert [info.id for info in sync_store.list_all()] == [sm.session_id]
 
 
-async def test_create_append_branch_and_reopen(astore: AsyncSessionStore) -> None:
-    sm = await astore.create("/work/p")
-    assert await astore.find_by_id(sm.session_id) is None  # nothing stored before a conversation
-    root = await sm.append_message(user("Plan the refactor"))
-    plan_a = await sm.append_message(assistant("Plan A"))
-    await sm.branch(root)
-    plan_b = await sm.append_message(assistant("Plan B"))
-    assert await sm.get_branch_ids() == [root, plan_b]
-    assert [e["id"] for e in await sm.get_children(root)] == [plan_a, plan_b]
-    reopened = await astore.open(sm.session_id)
-    assert reopened.get_leaf_id() == plan_b and reopened.get_version() == sm.get_version()
-    assert (await reopened.get_entry(plan_a))["message"]["content"][0]["text"] == "Plan A"
-    sm.reset_leaf()
-    await sm.append_custom_entry("ext.x", {"a": 1})
-    assert await sm.get_branch_ids() == [sm.get_leaf_id()]
-
-
 async def test_batch_commits_together_and_a_failed_batch_stores_nothing(astore: AsyncSessionStore) -> None:
     sm = await astore.create("/work/p")
     first = await sm.append_message(user("hi"))
@@ -106,35 +85,6 @@ async def test_batch_commits_together_and_a_failed_batch_stores_nothing(astore: 
     entries = await (await astore.open(sm.session_id)).get_entries()
     assert [e.get("customType") for e in entries] == [None, *["ext.tick"] * 5, None]
     assert await sm.get_session_name() == "named"
-
-
-async def test_two_managers_conflict_and_refresh(astore: AsyncSessionStore) -> None:
-    sm = await astore.create("/work/p")
-    await sm.append_message(user("hi"))
-    other = await astore.open(sm.session_id)
-    theirs = await other.append_message(user("and tests"))
-    with pytest.raises(SessionChanged):
-        await sm.append_message(user("stale"))
-    with pytest.raises(SessionChanged):
-        async with sm.batch():
-            await sm.append_message(user("stale too"))
-    await sm.refresh()
-    assert sm.get_leaf_id() == theirs
-    mine = await sm.append_message(assistant("ok"))
-    assert await (await astore.open(sm.session_id)).get_branch_ids() == [*(await other.get_branch_ids()), mine]
-
-
-async def test_claims_fence_other_writers(astore: AsyncSessionStore) -> None:
-    sm = await astore.create("/work/p")
-    await sm.append_message(user("hi"))
-    claim = await sm.claim("host-a", ttl_ms=60_000)
-    other = await astore.open(sm.session_id)
-    with pytest.raises(SessionClaimed):
-        await other.append_message(user("not mine"))
-    await sm.append_message(user("mine"))
-    assert [c.owner for c in await astore.claims()] == ["host-a"] and claim.token == 1
-    await sm.release_claim()
-    assert await astore.claims() == []
 
 
 async def test_context_list_search_and_stats_equal_the_sync_apis(astore: AsyncSessionStore, db_url: str) -> None:
@@ -233,18 +183,6 @@ async def test_compact_with_an_async_summarizer_matches_the_sync_compaction(
     assert (await sm.get_entry(await sm.compact(DeterministicSummarizer(), settings)))["type"] == "compaction"
 
 
-async def test_branch_with_generated_summary_and_create_branched_session(astore: AsyncSessionStore) -> None:
-    sm = await astore.create("/work/p")
-    root = await sm.append_message(user("start"))
-    await sm.append_message(assistant("one way"))
-    summary_id = await sm.branch_with_generated_summary(root, SlowSummarizer().inner)
-    assert (await sm.get_entry(summary_id))["type"] == "branch_summary"
-    old = sm.session_id
-    new_id = await sm.create_branched_session(summary_id)
-    assert sm.session_id == new_id != old and (await sm.get_header())["parentSession"] == old
-    assert await sm.get_branch_ids() == [root, summary_id]
-
-
 async def test_many_tasks_share_one_store_without_losing_appends(astore: AsyncSessionStore) -> None:
     tasks, appends = 32, 10
 
@@ -314,56 +252,3 @@ async def test_a_cancelled_call_finishes_its_database_work_and_the_manager_stays
             await asyncio.sleep(10)
     entries = await (await astore.open(sm.session_id)).get_entries()
     assert "ext.lost" not in [e.get("customType") for e in entries] and entries[-1]["id"] == sm.get_leaf_id()
-
-
-# ---------------------------------------------------------------------------------- against Pi
-API_SCRIPTS = FIXTURES / "api_scripts"
-
-
-@pytest.fixture
-async def async_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = make_async_engine(db_url)
-    async with engine.connect() as conn:
-        await conn.run_sync(lambda sync_conn: ensure_schema(sync_conn.engine))
-    yield engine
-    await engine.dispose()
-
-
-async def test_committed_scripts_through_the_async_api_give_pis_outcome(async_engine: AsyncEngine) -> None:
-    """The operation-script goldens (tests/test_api_differential.py) through ``store.aio``: Pi's
-    return values, snapshots and file bytes — so what the async API writes is what the sync one does.
-    Every fourth random golden and every regression: the sync suite runs them all, and both APIs
-    run the same code (CI time)."""
-    lines = gzip.decompress((API_SCRIPTS / "random.jsonl.gz").read_bytes()).decode("ascii").split("\n")
-    cases = [(case["script"], Outcome.from_json(case["pi"])) for case in map(js_parse, filter(None, lines))][::4]
-    for path in sorted((API_SCRIPTS / "regressions").glob("*.script.json")):
-        name = path.name.removesuffix(".script.json")
-        expected = json.loads((path.parent / f"{name}.pi.json").read_text("utf-8"))
-        files = {f.stem: f.read_bytes() for f in (path.parent / f"{name}.files").glob("*.jsonl")}
-        cases.append(
-            (
-                parse_script(path.read_text("utf-8")),
-                Outcome([js_parse(json.dumps(r)) for r in expected["results"]], expected["states"], files),
-            )
-        )
-    assert len(cases) >= 40
-    differences = [
-        f"{script['name']}: {diff}"
-        for script, pi in cases
-        if (diff := first_difference(pi, await run_script_async(async_engine, script), script))
-    ]
-    assert not differences, f"{len(differences)}/{len(cases)} differ:\n" + "\n".join(differences[:5])
-
-
-@pytest.mark.oracle
-@pytest.mark.skipif(not oracle_available(), reason=ORACLE_SKIP_REASON)
-async def test_fresh_random_scripts_through_the_async_api_on_the_live_pi(async_engine: AsyncEngine) -> None:
-    gen = generator_engine()
-    scripts = [generate(seed, 20, 120, gen) for seed in range(910_001, 910_005)]
-    outcomes = await asyncio.to_thread(run_on_pi, scripts)
-    differences = [
-        f"{script['name']}: {diff}"
-        for script, pi in zip(scripts, outcomes, strict=True)
-        if (diff := first_difference(pi, await run_script_async(async_engine, script), script))
-    ]
-    assert not differences, "\n".join(differences)

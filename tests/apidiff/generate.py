@@ -19,7 +19,7 @@ from store.db.engine import make_engine
 from store.db.schema import metadata
 from store.format import js_parse
 from store.new_entries import resolve_cwd
-from tests.apidiff.script import FORMAT, ScriptRun, dump_script
+from tests.apidiff.script import FORMAT, ScriptRun, dump_script, sync_stores
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -42,7 +42,7 @@ class Generator:
         self.rng = random.Random(f"apidiff:{seed}")
         self.seed = seed
         self.target = self.rng.randint(min_ops, max_ops)
-        self.run = ScriptRun(engine, seed, START_MS)
+        self.run = ScriptRun(sync_stores(engine), seed, START_MS)
         self.ops: list[dict[str, Any]] = []
         self.now = START_MS
         self.cwds: dict[str, int] = {}  # sessions made per resolved cwd

@@ -25,23 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine
 
 from store import errors
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import UNDEFINED
-from store.interchange.exporting import iter_export
 from store.manager import SessionManager
 from store.services import CompactionSettings, compute_file_lists
 from store.session_store import SessionStore
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 FORMAT = 1
 SESSION_SWITCHES = ("create", "inMemory", "open", "continueRecent", "forkFrom")
@@ -115,11 +110,7 @@ def dump_script(script: dict[str, Any]) -> str:
 
 def snapshot(sm: SessionManager) -> str:
     """The session as Pi holds it: its header and every entry, one ``JSON.stringify`` line each."""
-    return snapshot_of(sm.get_header(), sm.get_entries())
-
-
-def snapshot_of(header: dict | None, entries: list) -> str:
-    return "".join(js_stringify(v) + "\n" for v in [header, *entries])
+    return "".join(js_stringify(v) + "\n" for v in [sm.get_header(), *sm.get_entries()])
 
 
 def _arg(args: list[Any], i: int) -> Any:
@@ -132,8 +123,7 @@ def _option_id(args: list[Any], i: int) -> str | None:
     return options.get("id") if isinstance(options, dict) else None
 
 
-# One op = one call, on a store (session switches) or on the current manager. The calls are
-# written once for both APIs: on ``store.aio``'s classes they return awaitables (AsyncScriptRun).
+# One op = one call, on a store (session switches) or on the current manager.
 SWITCH_OPS: dict[str, Callable[[Any, list[Any]], Any]] = {
     "create": lambda store, a: store.create(a[0], session_id=_option_id(a, 1)),
     "inMemory": lambda store, a: store.in_memory(a[0], session_id=_option_id(a, 1)),
@@ -180,18 +170,28 @@ def compaction_args(prep: Any, args: list[Any]) -> tuple | None:
 
 
 def session_record(sm: Any) -> dict[str, Any]:
-    """What a session switch returns (the same on both APIs)."""
+    """What a session switch returns."""
     return {"sessionId": sm.get_session_id(), "cwd": sm.get_cwd(), "persisted": sm.is_persisted()}
+
+
+StoreFactory = Callable[["ScriptClock", "ScriptIds"], Any]
+"""A store for one script run, given its clock and id source: a :class:`SessionStore`, or any
+object with its call shapes (the async API's, through ``tests/async_as_sync.py``)."""
+
+
+def sync_stores(engine: Engine) -> StoreFactory:
+    """Each script run on a new :class:`SessionStore` over ``engine``."""
+    return lambda clock, ids: SessionStore(engine, clock=clock, ids=ids)
 
 
 class ScriptRun:
     """One script applied op by op to a store (also used by the generator, which looks at
     ``sm`` between ops to choose the next one)."""
 
-    def __init__(self, engine: Engine, seed: int, start_ms: float) -> None:
+    def __init__(self, stores: StoreFactory, seed: int, start_ms: float) -> None:
         self.clock = ScriptClock(start_ms)
         self.ids = ScriptIds(seed)
-        self.store = SessionStore(engine, clock=self.clock, ids=self.ids)
+        self.store = stores(self.clock, self.ids)
         self.sm: SessionManager | None = None
         self.results: list[dict[str, Any]] = []
         self.states: list[str] = []
@@ -205,36 +205,25 @@ class ScriptRun:
             record: dict[str, Any] = {"ret": self._call(op, args)}
         except errors.StoreError as error:
             record = {"error": type(error).__name__}
-        self._record(record)
-        return record
-
-    def _record(self, record: dict[str, Any]) -> None:
         record["leaf"] = self.sm.get_leaf_id() if self.sm is not None else None
         if self.sm is not None and self.sm.get_session_id() not in self.session_ids:
             self.session_ids.append(self.sm.get_session_id())
         self.results.append(record)
-
-    def _steer(self, op: str, args: list[Any]) -> bool:
-        """Apply an op that only moves the clock or forces ids; whether ``op`` was one."""
-        if op == "clock":
-            self.clock.now = args[0]
-        elif op in ("uuids", "sessionIds"):
-            self.ids.forced["uuid" if op == "uuids" else "session"].extend(args[0])
-        else:
-            return False
-        return True
-
-    def _switch_to(self, sm: Any) -> dict[str, Any]:
-        if self.sm is not None:
-            self.sm.close()
-        self.sm = sm
-        return session_record(sm)
+        return record
 
     def _call(self, op: str, args: list[Any]) -> Any:
-        if self._steer(op, args):
+        if op == "clock":
+            self.clock.now = args[0]
+            return None
+        if op in ("uuids", "sessionIds"):
+            self.ids.forced["uuid" if op == "uuids" else "session"].extend(args[0])
             return None
         if op in SESSION_SWITCHES:
-            return self._switch_to(SWITCH_OPS[op](self.store, args))
+            sm = SWITCH_OPS[op](self.store, args)  # before the current one closes (a fork copies it)
+            if self.sm is not None:
+                self.sm.close()
+            self.sm = sm
+            return session_record(sm)
         sm = self.sm
         assert sm is not None, f"{op} before any session op"
         if op == "compact":
@@ -250,7 +239,7 @@ class ScriptRun:
             self.states.append(snapshot(self.sm))
             self.sm.close()
         files = {
-            sid: b"".join(iter_export(self.store, sid))
+            sid: b"".join(self.store.iter_export(sid))
             for sid in self.session_ids
             if self.store.find_by_id(sid) is not None
         }
@@ -259,67 +248,15 @@ class ScriptRun:
 
 def run_script(engine: Engine, script: dict[str, Any]) -> Outcome:
     """Apply every op of ``script`` to a store on ``engine``."""
-    run = ScriptRun(engine, script["seed"], script["start"])
+    return run_script_on(sync_stores(engine), script)
+
+
+def run_script_on(stores: StoreFactory, script: dict[str, Any]) -> Outcome:
+    """Apply every op of ``script`` to the store ``stores`` makes for it."""
+    run = ScriptRun(stores, script["seed"], script["start"])
     for step in script["ops"]:
         run.apply(step["op"], step.get("args", []))
     return run.finish()
-
-
-class AsyncScriptRun(ScriptRun):
-    """A script applied through ``store.aio`` (the same op tables, awaited)."""
-
-    def __init__(self, engine: AsyncEngine, seed: int, start_ms: float) -> None:
-        from store.aio import AsyncSessionStore
-
-        super().__init__(engine.sync_engine, seed, start_ms)
-        self.store = AsyncSessionStore(engine, clock=self.clock, ids=self.ids)  # type: ignore[assignment]
-
-    async def apply_async(self, op: str, args: list[Any]) -> dict[str, Any]:
-        if op in SESSION_SWITCHES and self.sm is not None:
-            self.states.append(await self._snapshot())
-        try:
-            record: dict[str, Any] = {"ret": await self._call_async(op, args)}
-        except errors.StoreError as error:
-            record = {"error": type(error).__name__}
-        self._record(record)
-        return record
-
-    async def _snapshot(self) -> str:
-        sm: Any = self.sm
-        return snapshot_of(await sm.get_header(), await sm.get_entries())
-
-    async def _call_async(self, op: str, args: list[Any]) -> Any:
-        if self._steer(op, args):
-            return None
-        if op in SESSION_SWITCHES:
-            return self._switch_to(await SWITCH_OPS[op](self.store, args))
-        sm: Any = self.sm
-        assert sm is not None, f"{op} before any session op"
-        if op == "compact":
-            append = compaction_args(await sm.prepare_compaction(compact_settings(args)), args)
-            return None if append is None else await sm.append_compaction(*append)
-        result = MANAGER_OPS[op](sm, args)
-        return await result if inspect.isawaitable(result) else result  # reset_leaf is not awaitable
-
-    async def finish_async(self) -> Outcome:
-        store: Any = self.store
-        if self.sm is not None:
-            self.states.append(await self._snapshot())
-            self.sm.close()
-        files = {
-            sid: b"".join([chunk async for chunk in store.iter_export(sid)])
-            for sid in self.session_ids
-            if await store.find_by_id(sid) is not None
-        }
-        return Outcome(self.results, self.states, files)
-
-
-async def run_script_async(engine: AsyncEngine, script: dict[str, Any]) -> Outcome:
-    """:func:`run_script` through the async API (``store.aio``) on ``engine``."""
-    run = AsyncScriptRun(engine, script["seed"], script["start"])
-    for step in script["ops"]:
-        await run.apply_async(step["op"], step.get("args", []))
-    return await run.finish_async()
 
 
 def first_difference(pi: Outcome, ours: Outcome, script: dict[str, Any]) -> str | None:
