@@ -271,11 +271,20 @@ class AsyncSessionManager:
         committed when it ends, nothing stored when it raises (``SessionManager.batch``). The
         transaction, and on SQLite the database's write lock, is held across the block's awaits."""
         block = self.sync.batch()
-        await _run(block.__enter__)
+        entered = False
+
+        def enter() -> None:
+            nonlocal entered
+            block.__enter__()
+            entered = True
+
         try:
+            # inside the try: a cancellation that arrives while the block waits for its lock is
+            # delivered once it holds the lock (see _run), and must then end the block at once
+            await _run(enter)
             yield self
         except BaseException as exc:
-            if not await _run(block.__exit__, type(exc), exc, exc.__traceback__):
+            if not entered or not await _run(block.__exit__, type(exc), exc, exc.__traceback__):
                 raise
         else:
             await _run(block.__exit__, None, None, None)

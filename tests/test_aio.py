@@ -252,3 +252,33 @@ async def test_a_cancelled_call_finishes_its_database_work_and_the_manager_stays
             await asyncio.sleep(10)
     entries = await (await astore.open(sm.session_id)).get_entries()
     assert "ext.lost" not in [e.get("customType") for e in entries] and entries[-1]["id"] == sm.get_leaf_id()
+
+
+async def test_a_batch_cancelled_while_it_waits_for_the_lock_leaves_no_transaction_open(
+    astore: AsyncSessionStore, db_url: str
+) -> None:
+    """A batch whose task is cancelled while it waits for the session's write lock (another
+    writer holds it) takes the lock once that writer is done — the call is not cut off — and
+    must then let it go at once, not hold it (and the database's write lock, on SQLite) until
+    the abandoned block is garbage-collected."""
+    sm = await astore.create("/work/p")
+    await sm.append_message(user("start"))
+    with SessionStore.connect(db_url) as other_store:
+        holder = other_store.open(sm.session_id)
+        with holder.batch():  # the lock a batch takes first
+            task = asyncio.create_task(_enter_a_batch(sm))
+            await asyncio.sleep(0.3)  # the task waits for the lock
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other = other_store.open(sm.session_id)
+        async with asyncio.timeout(10):  # the lock is free: no waiting for the 30 s lock timeout
+            written = await asyncio.to_thread(other.append_custom_entry, "ext.after", None)
+    await sm.refresh()
+    assert sm.get_leaf_id() == written
+    await sm.append_message(user("the cancelled batch left the manager usable"))
+
+
+async def _enter_a_batch(sm: AsyncSessionManager) -> None:
+    async with sm.batch():
+        await sm.append_custom_entry("ext.never", None)
