@@ -14,6 +14,8 @@ from store.analysis.listing import SORTS, BadCursor, ListFilter, list_rows
 from store.db.engine import read_transaction
 from store.session_store import SessionInfo, SessionStore
 
+pytestmark = pytest.mark.both_apis  # the tests on the `store` fixture: on the sync API, then the async one
+
 
 def usage(cost: float) -> dict:
     return {"input": 100, "output": 10, "cacheRead": 5, "cacheWrite": 1, "totalTokens": 116,
@@ -60,6 +62,8 @@ def pages(store: SessionStore, size: int, **options) -> list[list[SessionInfo]]:
         cursor = page[-1].cursor
 
 
+@pytest.mark.sync_api_only("the listing query's sorts and pages, 16 times over (CI time): the async API's "
+                            "list_all, pages included, is in the tests below")
 @pytest.mark.parametrize("sort", SORTS)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_pages_make_up_the_sorted_listing(store: SessionStore, sort: str, reverse: bool) -> None:
@@ -145,6 +149,7 @@ def test_first_page_reads_an_index_in_order(tmp_path) -> None:
         assert not any("TEMP B-TREE" in step or "entries" in step for step in plan), plan
 
 
+@pytest.mark.sync_api_only("the CLI is the subject")
 def test_cli_pages(store: SessionStore, db_url: str) -> None:
     ids = populate(store)
 
@@ -169,6 +174,7 @@ def test_cli_pages(store: SessionStore, db_url: str) -> None:
     assert cli("--since", "not a date").returncode == 2
 
 
+@pytest.mark.sync_api_only("the CLI is the subject")
 def test_cli_table_has_one_line_per_session(store: SessionStore, db_url: str) -> None:
     sm = store.create("/multi")
     sm.append_message({"role": "user", "content": "## Plan\n\n**Question**:\twhich queue?", "timestamp": 1})

@@ -16,6 +16,8 @@ from store.session_store import SessionStore
 USAGE = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
          "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0, "cacheWrite": 0, "total": 0.3}}
 
+pytestmark = pytest.mark.both_apis  # the tests on the `store` fixture: on the sync API, then the async one
+
 
 def assistant(text: str, *blocks: dict) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}, *blocks], "api": "x",
@@ -140,6 +142,7 @@ def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
     assert query.tsquery() == "(('alpha') & ('beta' <-> 'gamma') & ('delt':*) & !('epsilon')) | (('zeta' <-> 'eta'))"
 
 
+@pytest.mark.sync_api_only("session_from_entries: not in the async API")
 def test_an_append_is_found_at_once(store: SessionStore) -> None:
     session_id, _ = build(store)
     assert store.search("tapir") == []
@@ -161,6 +164,7 @@ def test_unknown_session_is_an_error(store: SessionStore) -> None:
         store.search("x", session="nope")
 
 
+@pytest.mark.sync_api_only("the CLI is the subject")
 def test_cli_search_json(store: SessionStore, db_url: str) -> None:
     _, ids = build(store)
     done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "search", "wombat", "--json"],

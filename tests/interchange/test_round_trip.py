@@ -23,6 +23,8 @@ from tests.oracle_support import CORPUS_DIR, load_fixture_cases
 FILES = [c.source_path for c in load_fixture_cases() if c.kind != "corpus"]
 CORPUS = sorted(CORPUS_DIR.glob("*.jsonl")) if CORPUS_DIR.is_dir() else []
 
+pytestmark = pytest.mark.both_apis  # the tests on the `store` fixture: on the sync API, then the async one
+
 
 def _needs_migration(path: Path) -> bool:
     with path.open("rb") as stream:
