@@ -148,9 +148,9 @@ def clock() -> Clock:
 
 def pytest_generate_tests(metafunc) -> None:
     """``both_apis`` tests get ``api`` = sync, then async: the same test body on both APIs."""
-    if "api" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_apis"):
-        only_sync = metafunc.definition.get_closest_marker("sync_api_only")
-        metafunc.parametrize("api", ["sync"] if only_sync else ["sync", "async"], indirect=True)
+    marked = metafunc.definition.get_closest_marker
+    if "api" in metafunc.fixturenames and marked("both_apis") and not marked("sync_api_only"):
+        metafunc.parametrize("api", ["sync", "async"], indirect=True)
 
 
 @pytest.fixture

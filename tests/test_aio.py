@@ -2,9 +2,10 @@
 own — its engines, nested batches across awaits, awaitable summarizers, many tasks sharing one store,
 cancellation — and its results equal to the sync API's.
 
-The sync API's behavioural suites run on the async API as well (``pytest.mark.both_apis``: the
-manager, context, ownership and retention suites and the operation-script goldens against Pi,
-through tests/async_as_sync.py); they are not repeated here."""
+The sync API's behavioural suites run on the async API as well (the modules marked
+``pytest.mark.both_apis``: manager, context, ownership, retention, search, listing, round trip,
+and the operation-script goldens against Pi; through tests/async_as_sync.py): they are not
+repeated here."""
 
 from __future__ import annotations
 
