@@ -208,10 +208,10 @@ class SessionManager:
         if self._engine is not private:  # moved into the store: the private database is done
             private.dispose()
 
-    def _lock(self, cursor: AppendCursor) -> int:
+    def _lock(self, cursor: AppendCursor, opening: str = "") -> int:
         """Lock the session row and check that this manager may write it (``store.ownership``);
         returns the session's ``last_seq``."""
-        locked = cursor.lock_session(self._spk)
+        locked = cursor.lock_session(self._spk, opening)
         check_write(locked, session_id=self.session_id, expected_version=self._version, claim=self._claim,
                     clock=self._store.clock)
         assert locked is not None
@@ -275,10 +275,11 @@ class SessionManager:
         self._version += 1
         return entry
 
-    def _begin_single(self, dbapi_connection: Any) -> tuple[AppendCursor, int]:
-        """The single append's cursor and the session's ``last_seq``, checked under the lock."""
+    def _begin_single(self, dbapi_connection: Any, opening: str) -> tuple[AppendCursor, int]:
+        """The single append's cursor and the session's ``last_seq``, checked under the lock
+        (``opening``: see ``driver_write_transaction``)."""
         cursor = AppendCursor(dbapi_connection, self._engine.dialect)
-        return cursor, self._lock(cursor)
+        return cursor, self._lock(cursor, opening)
 
     def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict], parent: str | bool | None,
                    *, entry_id: str | None = None, timestamp: str | None = None) -> dict:

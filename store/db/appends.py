@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Dialect
+from sqlalchemy.util import await_only
 
 from store.analysis.pairs import pair_inserted
 from store.db.writes import INSERT_ROW, ROW_COLUMNS, dbapi_sql
@@ -64,6 +65,7 @@ class AppendCursor:
     """Fixed statements of the append path on one transaction's DBAPI connection."""
 
     def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
+        self._connection = dbapi_connection
         self._cursor = dbapi_connection.cursor()
         self._dialect = dialect
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
@@ -79,12 +81,17 @@ class AppendCursor:
         """The statements on a SQLAlchemy connection's DBAPI connection (same transaction)."""
         return cls(conn.connection.dbapi_connection, conn.dialect)
 
-    def lock_session(self, session_pk: int) -> LockedSession | None:
+    def lock_session(self, session_pk: int, opening: str = "") -> LockedSession | None:
         """The session row's write-relevant columns, read under the write lock (``FOR UPDATE`` on
         PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the database's write lock); None
-        when the row is gone."""
-        self._cursor.execute(self._lock, (session_pk,))
-        row = self._cursor.fetchone()
+        when the row is gone. ``opening``: statements that open the transaction, sent in the same
+        round trip (see ``store.db.engine.driver_write_transaction``)."""
+        if not opening:
+            self._cursor.execute(self._lock, (session_pk,))
+            row = self._cursor.fetchone()
+        else:  # several statements: a simple query, the key as a literal (an integer)
+            row = _last_row(self._cursor, self._connection, self._dialect,
+                            opening + _LOCK_PG.replace("?", str(int(session_pk))))
         return None if row is None else LockedSession(*row)
 
     def id_taken(self, session_pk: int, entry_id: str) -> bool:
@@ -128,6 +135,24 @@ class AppendCursor:
     def advance_with(self, changes: tuple) -> None:
         """Apply ``changes`` (:func:`session_changes`) to the session row."""
         self._cursor.execute(self._advance, changes)
+
+
+def _last_row(cursor: Any, dbapi_connection: Any, dialect: Dialect, sql: str) -> tuple | None:
+    """The row of the last of the statements ``sql`` (no parameters; its results come one after
+    another: psycopg's ``nextset``, called on psycopg's own cursor where the asyncio adapter's
+    would await it)."""
+    if not dialect.is_async:
+        cursor.execute(sql)
+        while cursor.nextset():
+            pass
+        return cursor.fetchone()
+    driver = dbapi_connection.driver_connection.cursor()  # a psycopg AsyncCursor
+    await_only(driver.execute(sql))
+    while driver.nextset():
+        pass
+    row = await_only(driver.fetchone())
+    await_only(driver.close())
+    return row
 
 
 def session_changes(session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,

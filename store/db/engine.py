@@ -393,20 +393,25 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
-def driver_write_transaction(engine: Engine, begin: Callable[[Any], T]) -> Iterator[T]:
+def driver_write_transaction(engine: Engine, begin: Callable[[Any, str], T]) -> Iterator[T]:
     """A write transaction straight on a pooled DBAPI connection, for the few fixed statements of
     one append: SQLAlchemy's ``Connection`` costs more per transaction (checkout events, begin and
-    commit bookkeeping) than the statements themselves. ``begin(dbapi_connection)`` sends the
-    transaction's first statements, which must only read (the session row under its lock); the
-    block gets what it returns. Commits when the block ends, rolls back when it raises.
+    commit bookkeeping) than the statements themselves. ``begin(dbapi_connection, opening)``
+    sends the transaction's first statements, which must only read (the session row under its
+    lock); the block gets what it returns. Commits when the block ends, rolls back when it raises.
 
-    On PostgreSQL the connection is not pinged when it leaves the pool (a round trip per append):
-    if it turns out dead during ``begin`` — the server restarted, say — nothing can have been
+    On PostgreSQL every statement is a round trip, so ``begin`` opens the transaction itself:
+    ``opening`` is the SQL that does it (``BEGIN;`` and, behind a transaction pooler, the
+    timeouts), to send in front of its first statement as one simple query; the connection is in
+    autocommit mode meanwhile (psycopg would send its own ``BEGIN`` first), and back to normal
+    when it returns to the pool. On SQLite ``opening`` is empty (``BEGIN IMMEDIATE`` was sent).
+
+    On PostgreSQL the connection is not pinged when it leaves the pool (another round trip): if
+    it turns out dead during ``begin`` — the server restarted, say — nothing can have been
     written, so it is discarded and the transaction starts again on a pinged connection. A
     connection that dies later fails the append as it is (its commit may have been applied).
     """
-    postgres = engine.dialect.name == "postgresql"
-    pooled, value = _begun(engine, begin, unchecked=postgres)
+    pooled, value = _begun(engine, begin, unchecked=True)
     try:
         try:
             yield value
@@ -415,38 +420,51 @@ def driver_write_transaction(engine: Engine, begin: Callable[[Any], T]) -> Itera
             raise
         pooled.commit()
     finally:
-        pooled.close()
+        _give_back(engine, pooled)
 
 
-def _begun(engine: Engine, begin: Callable[[Any], T], *, unchecked: bool) -> tuple[Any, T]:
+def _begun(engine: Engine, begin: Callable[[Any, str], T], *, unchecked: bool) -> tuple[Any, T]:
     """A pooled connection on which ``begin`` ran (see :func:`driver_write_transaction`)."""
-    token = _UNCHECKED.set(unchecked)
+    postgres = engine.dialect.name == "postgresql"
+    token = _UNCHECKED.set(unchecked and postgres)
     try:
         pooled = engine.raw_connection()
     finally:
         _UNCHECKED.reset(token)
     try:
-        if engine.dialect.name == "sqlite":  # psycopg opens its transaction on the first statement
+        if postgres:
+            pooled.dbapi_connection.autocommit = True
+            local = pooled.info.get(_LOCAL)  # behind a transaction pooler, see _configure_postgres
+            opening = "BEGIN; " + (_LOCAL_TIMEOUTS % tuple(f"'{int(ms)}'" for ms in local) + "; " if local else "")
+        else:  # psycopg opens its transaction on the first statement
             _begin_immediate(engine, pooled.dbapi_connection)
-        if local := pooled.info.get(_LOCAL):  # behind a transaction pooler, see _configure_postgres
-            cursor = pooled.dbapi_connection.cursor()  # the same call on psycopg and its async adapter
-            cursor.execute(_LOCAL_TIMEOUTS, local)
-            cursor.close()
-        return pooled, begin(pooled.dbapi_connection)
+            opening = ""
+        return pooled, begin(pooled.dbapi_connection, opening)
     except engine.dialect.loaded_dbapi.Error as exc:
-        dead = unchecked and engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None)
+        dead = postgres and unchecked and engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None)
         if dead:
             pooled.invalidate(exc)
         else:
             pooled.rollback()
-        pooled.close()
+        _give_back(engine, pooled)
         if dead:
             return _begun(engine, begin, unchecked=False)
         raise
     except BaseException:
         pooled.rollback()
-        pooled.close()
+        _give_back(engine, pooled)
         raise
+
+
+def _give_back(engine: Engine, pooled: Any) -> None:
+    """Return a connection of :func:`driver_write_transaction` to the pool (out of autocommit
+    mode; one that cannot be is closed instead)."""
+    if engine.dialect.name == "postgresql" and pooled.dbapi_connection is not None:
+        try:
+            pooled.dbapi_connection.autocommit = False
+        except engine.dialect.loaded_dbapi.Error as exc:
+            pooled.invalidate(exc)
+    pooled.close()
 
 
 def _begin_immediate(engine: Engine, driver: Any) -> None:
