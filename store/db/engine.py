@@ -436,7 +436,7 @@ def _begun(engine: Engine, begin: Callable[[Any, str], T], *, unchecked: bool) -
             pooled.dbapi_connection.autocommit = True
             local = pooled.info.get(_LOCAL)  # behind a transaction pooler, see _configure_postgres
             opening = "BEGIN; " + (_LOCAL_TIMEOUTS % tuple(f"'{int(ms)}'" for ms in local) + "; " if local else "")
-        else:  # psycopg opens its transaction on the first statement
+        else:  # SQLite: the database's write lock before anything is read
             _begin_immediate(engine, pooled.dbapi_connection)
             opening = ""
         return pooled, begin(pooled.dbapi_connection, opening)
