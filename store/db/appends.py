@@ -3,8 +3,8 @@
 SQLAlchemy's statement machinery costs tens of microseconds per call, more than the insert
 itself; appends run these few fixed statements straight on the transaction's DBAPI cursor
 (``?`` placeholders, rewritten to ``%s`` for psycopg). The SQL is the same on both engines, except
-that PostgreSQL sends :meth:`AppendCursor.insert_new`'s two statements as one (a data-modifying
-``WITH``): each statement there is a round trip to the server.
+that PostgreSQL sends :meth:`AppendCursor.insert_new`'s id check, insert and session update as
+one statement (a data-modifying ``WITH``): each statement there is a round trip to the server.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ UPDATE sessions SET
                         THEN CAST(? AS INTEGER) ELSE diverged_seq END,
     row_version = row_version + 1
 WHERE pk = ?"""
-# the row unless its entry id is already the session's (exact under the session's write lock)
+# PostgreSQL, one statement: the row unless its entry id is already the session's (exact under the
+# session's lock) and, when it inserted, the session update
 _INSERT_NEW = (f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) SELECT {', '.join('?' for _ in ROW_COLUMNS)} "
                "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ?)")
-# PostgreSQL: that insert and, when it inserted, the session update, in one statement
 _INSERT_NEW_AND_ADVANCE = f"WITH new AS ({_INSERT_NEW} RETURNING 1) {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
 
 
@@ -74,7 +74,7 @@ class AppendCursor:
         self._insert = dbapi_sql(dialect, INSERT_ROW)
         self._advance = dbapi_sql(dialect, _ADVANCE)
         self._one_statement = dialect.name == "postgresql"
-        self._insert_new = dbapi_sql(dialect, _INSERT_NEW_AND_ADVANCE if self._one_statement else _INSERT_NEW)
+        self._insert_new = dbapi_sql(dialect, _INSERT_NEW_AND_ADVANCE)
 
     @classmethod
     def on(cls, conn: Connection) -> AppendCursor:
@@ -114,13 +114,16 @@ class AppendCursor:
         apply ``changes`` (:func:`session_changes`) to the session row — unless the entry's id is
         already one of the session's: then nothing is written and the answer is False."""
         spk, entry_id = row[0], row[3]
-        self._cursor.execute(self._insert_new, (*row, spk, entry_id, *changes) if self._one_statement
-                             else (*row, spk, entry_id))
-        if self._cursor.rowcount != 1:
-            return False
-        pair_inserted(self._cursor, self._dialect, [row])
-        if not self._one_statement:
+        if self._one_statement:
+            self._cursor.execute(self._insert_new, (*row, spk, entry_id, *changes))
+            if self._cursor.rowcount != 1:
+                return False
+        else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside
+            if self.id_taken(spk, entry_id):
+                return False
+            self._cursor.execute(self._insert, row)
             self._cursor.execute(self._advance, changes)
+        pair_inserted(self._cursor, self._dialect, [row])
         return True
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
