@@ -166,3 +166,29 @@ def test_pooled_connections_that_died_are_replaced_async(pg_url: str) -> None:
             assert [entry["id"] for entry in await sm.get_entries()] == ids
 
     asyncio.run(run())
+
+
+def test_a_single_append_behind_a_pooler_sets_its_timeouts(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a transaction pooler the single append's timeouts ride with its first statement:
+    waiting for a session row that another client holds ends after the lock timeout (1 s), well
+    before that client lets go (the server's own default would wait)."""
+    import threading
+
+    import psycopg
+
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with SessionStore.connect(with_query(pg_url, pooler="transaction")) as store:
+        sm = store.create("/w")
+        sm.append_message(MESSAGE)
+        holder = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False))
+        holder.execute("SELECT 1 FROM sessions WHERE session_id = %s FOR UPDATE", (sm.get_session_id(),))
+        release = threading.Timer(6, holder.rollback)
+        release.start()
+        try:
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                sm.append_message(MESSAGE)
+        finally:
+            release.join()
+            holder.close()
+        sm.append_message(MESSAGE)
+        assert len(sm.get_entries()) == 2
