@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine, select
 from store import new_entries, services
 from store.context_window import context_path
 from store.db import queries
-from store.db.appends import AppendCursor
+from store.db.appends import AppendCursor, session_changes
 from store.db.engine import driver_write_transaction, read_transaction, write_transaction
 from store.db.schema import entries as entries_table
 from store.db.stored_text import db_text
@@ -208,22 +208,18 @@ class SessionManager:
         if self._engine is not private:  # moved into the store: the private database is done
             private.dispose()
 
-    def _lock(self, cursor: AppendCursor) -> int:
+    def _lock(self, cursor: AppendCursor, opening: str = "") -> int:
         """Lock the session row and check that this manager may write it (``store.ownership``);
         returns the session's ``last_seq``."""
-        locked = cursor.lock_session(self._spk)
+        locked = cursor.lock_session(self._spk, opening)
         check_write(locked, session_id=self.session_id, expected_version=self._version, claim=self._claim,
                     clock=self._store.clock)
         assert locked is not None
         return locked.last_seq
 
-    def _write(self, batch: _Batch) -> bool:
-        """Send the batch's unwritten rows and its listing changes (inside its transaction);
-        returns whether the batch changed the session (and so its version)."""
-        batch.cursor.insert(batch.unwritten)
-        if not batch.rows:
-            return False
-        batch.cursor.advance(
+    def _changes(self, batch: _Batch) -> tuple:
+        """The batch's changes of the session row (``store.db.appends.session_changes``)."""
+        return session_changes(
             self._spk, last_seq=batch.last_seq, leaf_seq=batch.last_seq, entries=batch.rows,
             messages=batch.listing.message_count, activity_ms=batch.listing.last_activity_ms,
             first_message=db_text(batch.listing.first_message) if batch.listing.first_message else None,
@@ -231,6 +227,14 @@ class SessionManager:
             conversation=batch.conversation, listable=batch.listing.pi_listable,
             diverge_at=batch.last_seq - batch.rows + 1,
         )
+
+    def _write(self, batch: _Batch) -> bool:
+        """Send the batch's unwritten rows and its listing changes (inside its transaction);
+        returns whether the batch changed the session (and so its version)."""
+        batch.cursor.insert(batch.unwritten)
+        if not batch.rows:
+            return False
+        batch.cursor.advance_with(self._changes(batch))
         if self._persist and not self._flushed and batch.conversation:
             assert batch.conn is not None  # single appends never take the private-to-store step
             self._store_private_session(batch.conn)
@@ -248,28 +252,46 @@ class SessionManager:
 
     def _append_single(self, build: Callable[[str, str | None, str], dict]) -> dict:
         """The common case on its own fast path: one entry under the leaf, in a transaction run
-        on the driver's connection (see ``driver_write_transaction``)."""
+        on the driver's connection (see ``driver_write_transaction``). Pi's first candidate id is
+        not looked up: the insert itself checks it (on PostgreSQL the insert and the session
+        update are one statement); in the rare case that it is taken, the entry is made again,
+        as Pi would have made it, with the next free candidate and the same timestamp."""
         base = (self._leaf, self._leaf_id)
         try:
-            with driver_write_transaction(self._engine) as dbapi:
-                cursor = AppendCursor(dbapi, self._engine.dialect)
-                batch = _Batch(None, cursor, last_seq=self._lock(cursor))
-                entry = self._append_to(batch, build, False)
-                self._write(batch)
+            with driver_write_transaction(self._engine, self._begin_single) as (cursor, last_seq):
+                candidates = new_entries.id_candidates(self._store.new_uuid)
+                timestamp = self._now()
+                batch = _Batch(None, cursor, last_seq=last_seq)
+                entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
+                if not cursor.insert_new(batch.unwritten.pop(), self._changes(batch)):
+                    self._leaf, self._leaf_id = base
+                    batch = _Batch(None, cursor, last_seq=last_seq)
+                    entry_id = self._new_id(batch, candidates)
+                    entry = self._append_to(batch, build, False, entry_id=entry_id, timestamp=timestamp)
+                    self._write(batch)
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
         self._version += 1
         return entry
 
-    def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict],
-                   parent: str | bool | None) -> dict:
+    def _begin_single(self, dbapi_connection: Any, opening: str) -> tuple[AppendCursor, int]:
+        """The single append's cursor and the session's ``last_seq``, checked under the lock
+        (``opening``: see ``driver_write_transaction``)."""
+        cursor = AppendCursor(dbapi_connection, self._engine.dialect)
+        return cursor, self._lock(cursor, opening)
+
+    def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict], parent: str | bool | None,
+                   *, entry_id: str | None = None, timestamp: str | None = None) -> dict:
+        """Make the entry (with ``entry_id`` and ``timestamp`` when given, else a new id and the
+        clock's time), buffer its row and make it the leaf."""
         if parent is False:
             parent_cols, parent_id = self._leaf, self._leaf_id
         else:
             parent_id = parent  # type: ignore[assignment]
             parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
-        entry = build(self._new_id(batch), parent_id, self._now())
+        entry = build(self._new_id(batch) if entry_id is None else entry_id, parent_id,
+                      self._now() if timestamp is None else timestamp)
         try:
             line = js_stringify(entry)
         except (TypeError, ValueError, RecursionError) as exc:  # a set, an object, a cycle
@@ -293,8 +315,9 @@ class SessionManager:
         return TreeColumns(cols.seq, cols.entry_id, cols.parent_seq, cols.depth, cols.run_start,
                            cols.compaction_seq, cols.thinking_seq, cols.model_seq)
 
-    def _new_id(self, batch: _Batch) -> str:
-        """An id no entry of the session has (Pi: 8 hex digits, 100 tries, then a full UUID).
+    def _new_id(self, batch: _Batch, candidates: Iterator[str] | None = None) -> str:
+        """An id no entry of the session has (Pi: 8 hex digits, 100 tries, then a full UUID;
+        ``candidates``: the tries left after some were found taken).
 
         The batch holds the write lock, so checking is exact. The first appends of a batch ask
         the database once per id; a long batch loads the session's ids once instead."""
@@ -307,7 +330,7 @@ class SessionManager:
                 return candidate in known
             return candidate in batch.new_ids or batch.cursor.id_taken(self._spk, candidate)
 
-        new_id = new_entries.entry_id(self._store.new_uuid, taken)
+        new_id = new_entries.entry_id(self._store.new_uuid, taken, candidates)
         batch.new_ids.add(new_id)
         if known is not None:
             known.add(new_id)

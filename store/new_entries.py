@@ -14,7 +14,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,11 +44,17 @@ def random_uuid() -> str:
     return str(uuid.uuid4())
 
 
-def entry_id(draw: Callable[[], str], taken: Callable[[str], bool]) -> str:
-    """Pi's ``generateId``: the first 8 characters of up to 100 drawn UUIDs until one is not
-    ``taken``, else one more full UUID."""
+def id_candidates(draw: Callable[[], str]) -> Iterator[str]:
+    """The short ids Pi's ``generateId`` tries, in order: the first 8 characters of each of up
+    to 100 drawn UUIDs (each drawn when it is asked for)."""
     for _ in range(100):
-        candidate = draw()[:8]
+        yield draw()[:8]
+
+
+def entry_id(draw: Callable[[], str], taken: Callable[[str], bool], candidates: Iterator[str] | None = None) -> str:
+    """Pi's ``generateId``: the first of :func:`id_candidates` (``candidates``: the rest of them,
+    when some were tried already) that is not ``taken``, else one more full UUID."""
+    for candidate in id_candidates(draw) if candidates is None else candidates:
         if not taken(candidate):
             return candidate
     return draw()

@@ -15,6 +15,7 @@ from store.errors import (
     SessionExists,
 )
 from store.session_store import SessionStore
+from tests.conftest import Clock
 
 pytestmark = pytest.mark.both_apis  # every test on the `store` fixture: on the sync API, then the async one
 
@@ -287,3 +288,35 @@ def test_chosen_session_ids_must_be_ones_pi_accepts(store: SessionStore, bad: st
     with pytest.raises(InvalidSessionId):
         store.in_memory("/w", session_id=bad)
     assert store.create("/w", session_id="A.b_c-9").get_session_id() == "A.b_c-9"
+
+
+def test_a_single_append_whose_first_id_is_taken_makes_the_entry_a_batch_would(db_url: str) -> None:
+    """The single append leaves its first candidate id to the insert to check; when that id is
+    taken the entry is made again with the next candidate: the same ids drawn, one clock
+    reading, the same stored entry as the batch path, which looks every candidate up first."""
+    made: list[list[dict]] = []
+    for batched in (False, True):
+        uuids = iter(["aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002",
+                      "aaaaaaaa-0000-4000-8000-000000000003", "cccccccc-0000-4000-8000-000000000004"])
+        drawn: list[str] = []
+
+        def ids(kind: str, uuids=uuids, drawn=drawn) -> str:
+            drawn.append(kind)
+            return next(uuids) if kind == "uuid" else "sess-1"
+
+        clock = Clock()
+        with SessionStore.connect(db_url, clock=clock, ids=ids) as s:
+            sm = s.create("/w")
+            sm.append_message(user("one"))
+            readings, version = clock.now, sm.get_version()
+            if batched:
+                with sm.batch():
+                    sm.append_message(user("two"))
+            else:
+                sm.append_message(user("two"))
+            assert clock.now == readings + 1
+            assert drawn == ["session", "uuid", "uuid", "uuid", "uuid"]
+            assert sm.get_leaf_id() == "cccccccc" and sm.get_version() == version + 1
+            made.append(sm.get_entries())
+            s.delete("sess-1")
+    assert made[0] == made[1] and made[0][-1]["parentId"] == "aaaaaaaa"

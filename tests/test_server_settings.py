@@ -4,15 +4,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from store.aio import AsyncSessionStore
 from store.db.engine import BadSetting, make_engine
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
@@ -116,3 +119,76 @@ def test_bad_variable_through_the_cli(pg_url: str) -> None:
     )
     assert done.returncode == 1
     assert done.stderr == "Error: PI_STORE_POOL_SIZE must be a whole number of at least 1, not 'many'\n"
+
+
+def end_store_connections(url: str) -> int:
+    """End the server side of every pooled connection of the store (as a server restart does),
+    and wait until they are gone; returns how many there were."""
+    import psycopg
+
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    mine = "datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'pi-store'"
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        pids = [pid for (pid,) in admin.execute(f"SELECT pid FROM pg_stat_activity WHERE {mine}")]
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(500):
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone():
+                break
+            time.sleep(0.01)
+    return len(pids)
+
+
+MESSAGE = {"role": "user", "content": "hello", "timestamp": 1}
+
+
+def test_pooled_connections_that_died_are_replaced(pg_url: str) -> None:
+    """A single append checks its pooled connection out without a ping: when the connection
+    turns out dead at its first statement (before anything is written) the append starts again
+    on a new one; other checkouts ping. Nothing surfaces, every append is stored once."""
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        ids = [sm.append_message(MESSAGE), sm.append_message(MESSAGE)]
+        assert end_store_connections(pg_url) >= 1
+        ids.append(sm.append_message(MESSAGE))
+        assert end_store_connections(pg_url) >= 1
+        assert [entry["id"] for entry in sm.get_entries()] == ids
+
+
+def test_pooled_connections_that_died_are_replaced_async(pg_url: str) -> None:
+    async def run() -> None:
+        async with await AsyncSessionStore.connect(pg_url) as store:
+            sm = await store.create("/w")
+            ids = [await sm.append_message(MESSAGE), await sm.append_message(MESSAGE)]
+            assert end_store_connections(pg_url) >= 1
+            ids.append(await sm.append_message(MESSAGE))
+            assert end_store_connections(pg_url) >= 1
+            assert [entry["id"] for entry in await sm.get_entries()] == ids
+
+    asyncio.run(run())
+
+
+def test_a_single_append_behind_a_pooler_sets_its_timeouts(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a transaction pooler the single append's timeouts ride with its first statement:
+    waiting for a session row that another client holds ends after the lock timeout (1 s), well
+    before that client lets go (the server's own default would wait)."""
+    import threading
+
+    import psycopg
+
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with SessionStore.connect(with_query(pg_url, pooler="transaction")) as store:
+        sm = store.create("/w")
+        sm.append_message(MESSAGE)
+        holder = psycopg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False))
+        holder.execute("SELECT 1 FROM sessions WHERE session_id = %s FOR UPDATE", (sm.get_session_id(),))
+        release = threading.Timer(6, holder.rollback)
+        release.start()
+        try:
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                sm.append_message(MESSAGE)
+        finally:
+            release.join()
+            holder.close()
+        sm.append_message(MESSAGE)
+        assert len(sm.get_entries()) == 2

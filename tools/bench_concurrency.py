@@ -8,12 +8,14 @@ exactly once and nothing else is.
 
     python tools/bench_concurrency.py --seconds 2 --writers 1,4,16,64 [--engines sqlite,postgresql]
         [--modes threads,processes,async] [--appends N] [--rounds R] [--pg postgresql+psycopg://postgres@127.0.0.1/test]
+        [--synchronous-commit off]
 
 The raw loop inserts one row and commits, per append, into a table with three indexes
 (``bench_async.TABLE``): sqlite3 / aiosqlite on SQLite (WAL, ``BEGIN IMMEDIATE``, the store's
 busy timeout), psycopg / psycopg's ``AsyncConnection`` on PostgreSQL; one connection per writer.
 SQLite is a file in a temporary directory; PostgreSQL a scratch database with the default
-``synchronous_commit`` (on: every commit waits for its WAL flush). The store's PostgreSQL pool is
+``synchronous_commit`` (on: every commit waits for its WAL flush; ``--synchronous-commit off``
+leaves the disk out, for the statements' and the clients' cost). The store's PostgreSQL pool is
 sized to the writers (``pool_size``); SQLite's pool is SQLAlchemy's default (5 + 10 overflow).
 A failed append (a busy error, say) is counted, not retried, and not acknowledged.
 """
@@ -449,12 +451,14 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true",
                         help=f"the shared-session run even when --writers omits {SHARED_WRITERS}")
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--synchronous-commit", choices=("on", "off"), default="on",
+                        help="of the PostgreSQL scratch database (off: commits do not wait for the WAL flush)")
     args = parser.parse_args()
     if "sqlite" in args.engines:
         with tempfile.TemporaryDirectory() as folder:
             bench_engine("sqlite", f"sqlite:///{folder}/store.db", Raw("sqlite", str(Path(folder) / "raw.db")), args)
     if "postgresql" in args.engines:
-        url, drop = scratch_pg(args.pg, "on")
+        url, drop = scratch_pg(args.pg, args.synchronous_commit)
         try:
             plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
             bench_engine("postgresql", url, Raw("postgresql", plain), args)

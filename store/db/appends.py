@@ -2,7 +2,9 @@
 
 SQLAlchemy's statement machinery costs tens of microseconds per call, more than the insert
 itself; appends run these few fixed statements straight on the transaction's DBAPI cursor
-(``?`` placeholders, rewritten to ``%s`` for psycopg). The SQL is identical on both engines.
+(``?`` placeholders, rewritten to ``%s`` for psycopg). The SQL is the same on both engines, except
+that PostgreSQL sends :meth:`AppendCursor.insert_new`'s id check, insert and session update as
+one statement (a data-modifying ``WITH``): each statement there is a round trip to the server.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Dialect
+from sqlalchemy.util import await_only
 
 from store.analysis.pairs import pair_inserted
-from store.db.writes import INSERT_ROW, dbapi_sql
+from store.db.writes import INSERT_ROW, ROW_COLUMNS, dbapi_sql
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
@@ -39,8 +42,12 @@ UPDATE sessions SET
     diverged_seq = CASE WHEN diverged_seq IS NULL AND source_sha256 IS NOT NULL
                         THEN CAST(? AS INTEGER) ELSE diverged_seq END,
     row_version = row_version + 1
-WHERE pk = ?
-"""
+WHERE pk = ?"""
+# PostgreSQL, one statement: the row unless its entry id is already the session's (exact under the
+# session's lock) and, when it inserted, the session update
+_INSERT_NEW = (f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) SELECT {', '.join('?' for _ in ROW_COLUMNS)} "
+               "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ?)")
+_INSERT_NEW_AND_ADVANCE = f"WITH new AS ({_INSERT_NEW} RETURNING 1) {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
 
 
 class LockedSession(NamedTuple):
@@ -58,6 +65,7 @@ class AppendCursor:
     """Fixed statements of the append path on one transaction's DBAPI connection."""
 
     def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
+        self._connection = dbapi_connection
         self._cursor = dbapi_connection.cursor()
         self._dialect = dialect
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
@@ -65,18 +73,25 @@ class AppendCursor:
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
         self._insert = dbapi_sql(dialect, INSERT_ROW)
         self._advance = dbapi_sql(dialect, _ADVANCE)
+        self._one_statement = dialect.name == "postgresql"
+        self._insert_new = dbapi_sql(dialect, _INSERT_NEW_AND_ADVANCE)
 
     @classmethod
     def on(cls, conn: Connection) -> AppendCursor:
         """The statements on a SQLAlchemy connection's DBAPI connection (same transaction)."""
         return cls(conn.connection.dbapi_connection, conn.dialect)
 
-    def lock_session(self, session_pk: int) -> LockedSession | None:
+    def lock_session(self, session_pk: int, opening: str = "") -> LockedSession | None:
         """The session row's write-relevant columns, read under the write lock (``FOR UPDATE`` on
         PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the database's write lock); None
-        when the row is gone."""
-        self._cursor.execute(self._lock, (session_pk,))
-        row = self._cursor.fetchone()
+        when the row is gone. ``opening``: statements that open the transaction, sent in the same
+        round trip (see ``store.db.engine.driver_write_transaction``)."""
+        if not opening:
+            self._cursor.execute(self._lock, (session_pk,))
+            row = self._cursor.fetchone()
+        else:  # several statements: a simple query, the key as a literal (an integer)
+            row = _last_row(self._cursor, self._connection, self._dialect,
+                            opening + _LOCK_PG.replace("?", str(int(session_pk))))
         return None if row is None else LockedSession(*row)
 
     def id_taken(self, session_pk: int, entry_id: str) -> bool:
@@ -94,21 +109,70 @@ class AppendCursor:
             self._cursor.executemany(self._insert, rows)
             pair_inserted(self._cursor, self._dialect, rows)
 
+    def insert_new(self, row: tuple, changes: tuple) -> bool:
+        """Insert one entry's row (a ``ROW_COLUMNS`` tuple), pair its tool call or result, and
+        apply ``changes`` (:func:`session_changes`) to the session row — unless the entry's id is
+        already one of the session's: then nothing is written and the answer is False."""
+        spk, entry_id = row[0], row[3]
+        if self._one_statement:
+            self._cursor.execute(self._insert_new, (*row, spk, entry_id, *changes))
+            if self._cursor.rowcount != 1:
+                return False
+        else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside
+            if self.id_taken(spk, entry_id):
+                return False
+            self._cursor.execute(self._insert, row)
+            self._cursor.execute(self._advance, changes)
+        pair_inserted(self._cursor, self._dialect, [row])
+        return True
+
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,
                 conversation: bool, listable: bool, diverge_at: int | None = None) -> None:
-        """Record appended rows in the session row (counters, listing columns, and the leaf unless
-        ``leaf_seq`` is None: appended rows that hold no entry leave it where it was) and count
-        the write in ``row_version``. ``diverge_at``: the first of the rows when they come from
-        the store's API, not from the session's file: a session imported from a file diverges
-        from it there (``diverged_seq``, kept if it diverged earlier)."""
-        act = None if activity_ms is None else storable_ms(activity_ms)
-        self._cursor.execute(self._advance, (
-            last_seq, leaf_seq, entries, messages,
-            act, act, act, act, act, act,
-            first_message,
-            name is not None, None if name is None else name[0],
-            conversation, listable,
-            diverge_at,
-            session_pk,
-        ))
+        """Record appended rows in the session row (see :func:`session_changes`)."""
+        self.advance_with(session_changes(
+            session_pk, last_seq=last_seq, leaf_seq=leaf_seq, entries=entries, messages=messages,
+            activity_ms=activity_ms, first_message=first_message, name=name, conversation=conversation,
+            listable=listable, diverge_at=diverge_at))
+
+    def advance_with(self, changes: tuple) -> None:
+        """Apply ``changes`` (:func:`session_changes`) to the session row."""
+        self._cursor.execute(self._advance, changes)
+
+
+def _last_row(cursor: Any, dbapi_connection: Any, dialect: Dialect, sql: str) -> tuple | None:
+    """The row of the last of the statements ``sql`` (no parameters; its results come one after
+    another: psycopg's ``nextset``, called on psycopg's own cursor where the asyncio adapter's
+    would await it)."""
+    if not dialect.is_async:
+        cursor.execute(sql)
+        while cursor.nextset():
+            pass
+        return cursor.fetchone()
+    driver = dbapi_connection.driver_connection.cursor()  # a psycopg AsyncCursor
+    await_only(driver.execute(sql))
+    while driver.nextset():
+        pass
+    row = await_only(driver.fetchone())
+    await_only(driver.close())
+    return row
+
+
+def session_changes(session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
+                    activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,
+                    conversation: bool, listable: bool, diverge_at: int | None = None) -> tuple:
+    """The parameters of the ``sessions`` update that records appended rows: counters, listing
+    columns, and the leaf unless ``leaf_seq`` is None (appended rows that hold no entry leave it
+    where it was); the update counts the write in ``row_version``. ``diverge_at``: the first of
+    the rows when they come from the store's API, not from the session's file: a session imported
+    from a file diverges from it there (``diverged_seq``, kept if it diverged earlier)."""
+    act = None if activity_ms is None else storable_ms(activity_ms)
+    return (
+        last_seq, leaf_seq, entries, messages,
+        act, act, act, act, act, act,
+        first_message,
+        name is not None, None if name is None else name[0],
+        conversation, listable,
+        diverge_at,
+        session_pk,
+    )

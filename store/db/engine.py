@@ -34,12 +34,13 @@ import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, ExceptionContext, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidatePoolError
 from sqlalchemy.pool import StaticPool
 
 from store.db.faults import fault_reason, masked_url, with_summary
@@ -54,6 +55,7 @@ _WRITE = "pi_store_write"
 _POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg")
 
 ReadOnly = Literal["ro", "immutable"]
+T = TypeVar("T")
 
 
 class BadSetting(StoreError):
@@ -103,6 +105,9 @@ APPLICATION_NAME = "pi-store"
 # behind a transaction pooler the timeouts hold for one transaction: the first statement of each
 _LOCAL_TIMEOUTS = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 _LOCAL = "pi_store_local_timeouts"
+_FRESH = "pi_store_fresh"  # a pooled connection not checked out since it was made
+# set while driver_write_transaction checks a connection out: its first statements are the ping
+_UNCHECKED: ContextVar[bool] = ContextVar("pi_store_unchecked_checkout", default=False)
 
 
 def store_setting(url: URL | None, option: str) -> tuple[str, str | None]:
@@ -241,8 +246,7 @@ def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly |
         )
         _configure_sqlite(_sync(engine), memory, read_only is not None, lock_ms)
     else:
-        engine = create(parsed, pool_pre_ping=True, connect_args=_postgres_args(parsed, lock_ms),
-                        **pool_options(parsed))
+        engine = create(parsed, connect_args=_postgres_args(parsed, lock_ms), **pool_options(parsed))
         _configure_postgres(_sync(engine), parsed, lock_ms)
     _summarise_faults(_sync(engine))
     return engine
@@ -294,6 +298,23 @@ def _configure_postgres(engine: Engine, url: URL, lock_ms: int) -> None:
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql(_LOCAL_TIMEOUTS, local)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_FRESH] = True
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        # SQLAlchemy's pool_pre_ping, except for a connection just made and for a checkout whose
+        # first statements prove the connection themselves (driver_write_transaction)
+        if record.info.pop(_FRESH, False) or _UNCHECKED.get():
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            if engine.dialect.is_disconnect(exc, dbapi_connection, None):
+                raise InvalidatePoolError() from exc  # the pool reconnects and tries again
+            raise
 
 
 def driver_connect(engine: Engine) -> Any:
@@ -372,27 +393,78 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
-def driver_write_transaction(engine: Engine) -> Iterator[Any]:
+def driver_write_transaction(engine: Engine, begin: Callable[[Any, str], T]) -> Iterator[T]:
     """A write transaction straight on a pooled DBAPI connection, for the few fixed statements of
     one append: SQLAlchemy's ``Connection`` costs more per transaction (checkout events, begin and
-    commit bookkeeping) than the statements themselves. Commits when the block ends, rolls back
-    when it raises."""
-    pooled = engine.raw_connection()
+    commit bookkeeping) than the statements themselves. ``begin(dbapi_connection, opening)``
+    sends the transaction's first statements, which must only read (the session row under its
+    lock); the block gets what it returns. Commits when the block ends, rolls back when it raises.
+
+    On PostgreSQL every statement is a round trip, so ``begin`` opens the transaction itself:
+    ``opening`` is the SQL that does it (``BEGIN;`` and, behind a transaction pooler, the
+    timeouts), to send in front of its first statement as one simple query; the connection is in
+    autocommit mode meanwhile (psycopg would send its own ``BEGIN`` first), and back to normal
+    when it returns to the pool. On SQLite ``opening`` is empty (``BEGIN IMMEDIATE`` was sent).
+
+    On PostgreSQL the connection is not pinged when it leaves the pool (another round trip): if
+    it turns out dead during ``begin`` — the server restarted, say — nothing can have been
+    written, so it is discarded and the transaction starts again on a pinged connection. A
+    connection that dies later fails the append as it is (its commit may have been applied).
+    """
+    pooled, value = _begun(engine, begin, unchecked=True)
     try:
-        if engine.dialect.name == "sqlite":  # psycopg opens its transaction on the first statement
-            _begin_immediate(engine, pooled.dbapi_connection)
         try:
-            if local := pooled.info.get(_LOCAL):  # behind a transaction pooler, see _configure_postgres
-                cursor = pooled.dbapi_connection.cursor()  # the same call on psycopg and its async adapter
-                cursor.execute(_LOCAL_TIMEOUTS, local)
-                cursor.close()
-            yield pooled
+            yield value
         except BaseException:
             pooled.rollback()
             raise
         pooled.commit()
     finally:
-        pooled.close()
+        _give_back(engine, pooled)
+
+
+def _begun(engine: Engine, begin: Callable[[Any, str], T], *, unchecked: bool) -> tuple[Any, T]:
+    """A pooled connection on which ``begin`` ran (see :func:`driver_write_transaction`)."""
+    postgres = engine.dialect.name == "postgresql"
+    token = _UNCHECKED.set(unchecked and postgres)
+    try:
+        pooled = engine.raw_connection()
+    finally:
+        _UNCHECKED.reset(token)
+    try:
+        if postgres:
+            pooled.dbapi_connection.autocommit = True
+            local = pooled.info.get(_LOCAL)  # behind a transaction pooler, see _configure_postgres
+            opening = "BEGIN; " + (_LOCAL_TIMEOUTS % tuple(f"'{int(ms)}'" for ms in local) + "; " if local else "")
+        else:  # SQLite: the database's write lock before anything is read
+            _begin_immediate(engine, pooled.dbapi_connection)
+            opening = ""
+        return pooled, begin(pooled.dbapi_connection, opening)
+    except engine.dialect.loaded_dbapi.Error as exc:
+        dead = postgres and unchecked and engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None)
+        if dead:
+            pooled.invalidate(exc)
+        else:
+            pooled.rollback()
+        _give_back(engine, pooled)
+        if dead:
+            return _begun(engine, begin, unchecked=False)
+        raise
+    except BaseException:
+        pooled.rollback()
+        _give_back(engine, pooled)
+        raise
+
+
+def _give_back(engine: Engine, pooled: Any) -> None:
+    """Return a connection of :func:`driver_write_transaction` to the pool (out of autocommit
+    mode; one that cannot be is closed instead)."""
+    if engine.dialect.name == "postgresql" and pooled.dbapi_connection is not None:
+        try:
+            pooled.dbapi_connection.autocommit = False
+        except engine.dialect.loaded_dbapi.Error as exc:
+            pooled.invalidate(exc)
+    pooled.close()
 
 
 def _begin_immediate(engine: Engine, driver: Any) -> None:
