@@ -36,10 +36,17 @@ WITH RECURSIVE walk(session_pk, first_seq, last_seq) AS (
 """
 _REFERENCE = _WALK + "SELECT session_pk, first_seq, last_seq FROM walk"
 # the views with on_path, and the columns that tell their rows apart
-_ON_PATH_VIEWS = {"messages": "seq", "usage_ledger": "seq", "tool_calls": "seq, call_index", "compactions": "seq",
-                  "branches": "seq"}
-_REFERENCE_FLAG = ("CASE WHEN EXISTS (SELECT 1 FROM walk AS w WHERE w.session_pk = v.session_pk "
-                   "AND v.seq BETWEEN w.first_seq AND w.last_seq) THEN 1 ELSE 0 END")
+_ON_PATH_VIEWS = {
+    "messages": "seq",
+    "usage_ledger": "seq",
+    "tool_calls": "seq, call_index",
+    "compactions": "seq",
+    "branches": "seq",
+}
+_REFERENCE_FLAG = (
+    "CASE WHEN EXISTS (SELECT 1 FROM walk AS w WHERE w.session_pk = v.session_pk "
+    "AND v.seq BETWEEN w.first_seq AND w.last_seq) THEN 1 ELSE 0 END"
+)
 
 
 def assert_same_as_reference(store: SessionStore) -> int:
@@ -117,8 +124,12 @@ def test_a_linear_append_writes_no_path_row(tmp_path: Path) -> None:
             conn.execute(text("CREATE TABLE path_writes (n INTEGER NOT NULL)"))
             conn.execute(text("INSERT INTO path_writes VALUES (0)"))
             for event in ("INSERT", "DELETE", "UPDATE"):
-                conn.execute(text(f"CREATE TRIGGER count_{event.lower()} AFTER {event} ON path_runs "
-                                  "BEGIN UPDATE path_writes SET n = n + 1; END"))
+                conn.execute(
+                    text(
+                        f"CREATE TRIGGER count_{event.lower()} AFTER {event} ON path_runs "
+                        "BEGIN UPDATE path_writes SET n = n + 1; END"
+                    )
+                )
 
         def writes() -> int:
             with read_transaction(store.engine) as conn:

@@ -153,7 +153,7 @@ def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> Non
     assert refused.returncode == 1 and "Error" in refused.stderr
 
 
-# Queries 4, 5 and 10 as docs/sql.md first wrote them (the rewrites read less: docs/sql.md, "What
+# Queries 4, 5, 7 and 10 as docs/sql.md first wrote them (the rewrites read less: docs/sql.md, "What
 # the views cost at scale"); each rewrite must return the same rows.
 _FIRST_WRITTEN = {
     "4. Tools that fail most": """
@@ -178,6 +178,13 @@ FROM numbered
 GROUP BY session_id, turn
 ORDER BY steps DESC, output_tokens DESC
 LIMIT 10""",
+    "7. Prompt-cache hit rate per model": """
+SELECT provider, model, sum(input) AS input, sum(cache_read) AS cache_read,
+       round(100.0 * sum(cache_read) / nullif(sum(input) + sum(cache_read), 0), 1) AS cache_hit_pct
+FROM usage_ledger
+WHERE model IS NOT NULL
+GROUP BY provider, model
+ORDER BY cache_hit_pct DESC NULLS LAST""",
     "10. Bookmarks: current labels and the text they mark": """
 SELECT l.session_id, l.label, l.target_role, substr(m.text, 1, 80) AS marked_text, l.timestamp
 FROM labels AS l
