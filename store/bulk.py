@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
+from store.db import current_path
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
@@ -275,6 +276,7 @@ def finish_session(conn: Connection, session_pk: int, head: dict | None, summary
         diverged_seq=None,  # every row is the file's (or, made from entries, there is no file)
         **more,
     ))
+    current_path.refresh_on(conn, session_pk)
 
 
 def advance_session(conn: Connection, session_pk: int, summary: RowsSummary) -> None:
@@ -289,6 +291,7 @@ def advance_session(conn: Connection, session_pk: int, summary: RowsSummary) -> 
         name=(_db_text(listing.name),) if summary.named else None,
         conversation=summary.conversation, listable=listing.pi_listable,
     )
+    current_path.refresh_on(conn, session_pk)  # the new rows may also have relinked stored ones
 
 
 def store_session_rows(conn: Connection, session_id: str, head: dict | None, rows: list[LineRow], *, pi_valid: bool,

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, select
 
 from store import new_entries, services
 from store.context_window import context_path
-from store.db import queries
+from store.db import current_path, queries
 from store.db.appends import AppendCursor, session_changes
 from store.db.engine import driver_write_transaction, read_transaction, write_transaction
 from store.db.schema import entries as entries_table
@@ -65,6 +65,7 @@ class _Batch:
     listing: ListingState = field(default_factory=lambda: ListingState(texts=None))
     name: tuple[str | None] | None = None
     conversation: bool = False
+    leaf_run_start: int = 0  # run_start of the last appended row (store.db.current_path)
 
 
 def _is_conversation(entry: dict) -> bool:
@@ -228,6 +229,12 @@ class SessionManager:
             diverge_at=batch.last_seq - batch.rows + 1,
         )
 
+    def _refresh_path(self, batch: _Batch) -> None:
+        """Rewrite the session's ``path_runs`` after the session row has its new leaf, only when
+        the leaf's run changed (``store.db.current_path``): a linear append writes nothing."""
+        if current_path.moved_run(batch.last_seq - batch.rows + 1, batch.leaf_run_start):
+            batch.cursor.refresh_path(self._spk)
+
     def _write(self, batch: _Batch) -> bool:
         """Send the batch's unwritten rows and its listing changes (inside its transaction);
         returns whether the batch changed the session (and so its version)."""
@@ -235,6 +242,7 @@ class SessionManager:
         if not batch.rows:
             return False
         batch.cursor.advance_with(self._changes(batch))
+        self._refresh_path(batch)
         if self._persist and not self._flushed and batch.conversation:
             assert batch.conn is not None  # single appends never take the private-to-store step
             self._store_private_session(batch.conn)
@@ -263,7 +271,9 @@ class SessionManager:
                 timestamp = self._now()
                 batch = _Batch(None, cursor, last_seq=last_seq)
                 entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
-                if not cursor.insert_new(batch.unwritten.pop(), self._changes(batch)):
+                if cursor.insert_new(batch.unwritten.pop(), self._changes(batch)):
+                    self._refresh_path(batch)
+                else:
                     self._leaf, self._leaf_id = base
                     batch = _Batch(None, cursor, last_seq=last_seq)
                     entry_id = self._new_id(batch, candidates)
@@ -299,7 +309,7 @@ class SessionManager:
         seq = batch.last_seq + 1
         cols = derive_child(seq, entry["id"], entry, parent_cols)
         batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))
-        batch.last_seq, batch.rows = seq, batch.rows + 1
+        batch.last_seq, batch.rows, batch.leaf_run_start = seq, batch.rows + 1, cols.run_start
         batch.listing.add(entry)
         if entry["type"] == "session_info":
             batch.name = (trimmed_session_name(entry),)
@@ -354,6 +364,7 @@ class SessionManager:
             for row in rows:
                 row["session_pk"] = spk
             insert_rows(conn, [tuple(row[c] for c in ROW_COLUMNS) for row in rows])
+            current_path.refresh_on(conn, spk)
         self._engine, self._spk, self._flushed = self._store.engine, spk, True
 
     @contextmanager

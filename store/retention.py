@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, bindparam, case, select, text
 
 from store.analysis import pairs
+from store.db import current_path
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.schema import entries, sessions
 from store.db.schema import session_ids as directory
@@ -413,6 +414,7 @@ def _apply(conn: Connection, plan: _Plan, session) -> None:
         cursor.executemany(dbapi_sql(conn.dialect, _RENUMBER), updates)
     pairs.rebuild_session(conn, plan.session_pk)  # a call's result may be gone, or renumbered
     _refresh_session(conn, plan, session, kept, new_seq)
+    current_path.refresh_on(conn, plan.session_pk)  # renumbered rows, runs that may have merged
 
 
 def _refresh_session(conn: Connection, plan: _Plan, session, kept: list, new_seq: dict[int, int]) -> None:

@@ -135,7 +135,7 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
         pytest.skip(_pg_state["skip"])
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS tool_call_pairs, imports, session_ids, entries, sessions, "
+        conn.execute(text("DROP TABLE IF EXISTS path_runs, tool_call_pairs, imports, session_ids, entries, sessions, "
                           "alembic_version CASCADE"))
     engine.dispose()
     yield url

@@ -105,3 +105,31 @@ def test_activity_migration_with_data(db_url: str) -> None:
         command.upgrade(config, "head")
         with read_transaction(store.engine) as conn:
             assert conn.execute(query).all() == kept
+
+
+def test_current_path_migration_with_data(db_url: str) -> None:
+    """0009 fills ``path_runs`` for the stored sessions and takes it away again: down to 0008 the
+    recursive view returns the same path and ``on_path`` flags; up again, the table holds them."""
+    query = text("SELECT session_pk, first_seq, last_seq FROM current_path ORDER BY session_pk, first_seq")
+    flags = text("SELECT session_id, seq, on_path FROM messages ORDER BY session_id, seq")
+    with SessionStore.connect(db_url) as store:
+        for path in sorted((FIXTURES / "sessions").glob("*.jsonl"))[:30]:
+            try:
+                store.import_file(path)
+            except StoreError:  # files sharing a session id: the first one stays
+                continue
+        with read_transaction(store.engine) as conn:
+            kept, on_path = conn.execute(query).all(), conn.execute(flags).all()
+            runs = conn.execute(text("SELECT count(*) FROM path_runs")).scalar_one()
+        assert runs == len(kept) > 15 and 0 < sum(row.on_path for row in on_path) < len(on_path)
+        config = alembic_config(store.engine)
+        command.downgrade(config, "0008")
+        assert "path_runs" not in inspect(store.engine).get_table_names()
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(query).all() == kept
+            assert conn.execute(flags).all() == on_path
+        command.upgrade(config, "head")
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(query).all() == kept
+            assert conn.execute(flags).all() == on_path
+            assert conn.execute(text("SELECT count(*) FROM path_runs")).scalar_one() == runs

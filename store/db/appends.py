@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Dialect
 from sqlalchemy.util import await_only
 
 from store.analysis.pairs import pair_inserted
+from store.db import current_path
 from store.db.writes import INSERT_ROW, ROW_COLUMNS, dbapi_sql
 from store.format.jsdate import storable_ms
 
@@ -125,6 +126,11 @@ class AppendCursor:
             self._cursor.execute(self._advance, changes)
         pair_inserted(self._cursor, self._dialect, [row])
         return True
+
+    def refresh_path(self, session_pk: int) -> None:
+        """Rewrite the session's ``path_runs`` (after ``advance``: it reads the new leaf); only
+        when the leaf's run changed (``store.db.current_path.moved_run``)."""
+        current_path.refresh(self._cursor, self._dialect, session_pk)
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,

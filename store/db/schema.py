@@ -253,3 +253,15 @@ tool_call_pairs = Table(
     Index("ix_tool_call_pairs_open", "session_pk", "tool_call_id", sqlite_where=text("result_seq IS NULL"),
           postgresql_where=text("result_seq IS NULL")),
 )
+
+# The current path of each session as runs of consecutive rows (migration 0009, kept by
+# ``store.db.current_path``): closed runs ``[first_seq, last_seq]`` and the leaf's run, whose
+# ``last_seq`` is NULL ("through ``sessions.leaf_seq``": linear appends leave the table alone).
+# The ``current_path`` view reads it; the other views join it for ``on_path``.
+path_runs = Table(
+    "path_runs", metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
+    Column("first_seq", Integer, primary_key=True, doc="first row of the run"),
+    Column("last_seq", Integer, doc="last row of the run; NULL: the leaf's run, through sessions.leaf_seq"),
+    sqlite_with_rowid=False,
+)
