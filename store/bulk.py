@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
+from store.analysis.pairs import SessionPairing
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
@@ -119,13 +120,21 @@ class SessionWriter:
         self.first_seq = first_seq
         self.stored = StoredRows() if first_seq else None  # appends: what the new rows name
         self._cursor = conn.connection.dbapi_connection.cursor()
+        # PostgreSQL, every row of the session written here: its tool calls are paired in memory
+        # and copied at the end (a statement per call and per result cost an import more than the
+        # rows' own COPY). SQLite's executemany runs in-process: it keeps pairing in SQL.
+        dialect = conn.dialect
+        self._pairing = (SessionPairing() if not first_seq and dialect.name == "postgresql" and not dialect.is_async
+                         else None)
 
     def insert(self, values: list[tuple]) -> None:
-        insert_rows(self.conn, values)
+        insert_rows(self.conn, values, pairing=self._pairing)
 
     def finish(self, summary: RowsSummary) -> list[LineWarning]:
         """Settle what the whole session tells — rows superseded by later duplicates, rows whose
         parent id is defined at or after them — and return the tree's problems as warnings."""
+        if self._pairing is not None:
+            self._pairing.copy(self._cursor)
         outcome = summary.tree
         if outcome is None:
             return []

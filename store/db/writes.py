@@ -63,10 +63,12 @@ def dbapi_sql(dialect: Dialect, sql: str) -> str:
 _COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 
 
-def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
+def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000, *,
+                pairing: pairs.SessionPairing | None = None) -> None:
     """Insert ``entry_values`` tuples inside ``conn``'s transaction: the driver's ``executemany``
     (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row); then pair their
-    tool calls and results (``store.analysis.pairs``)."""
+    tool calls and results (``store.analysis.pairs``): in SQL, or in ``pairing`` when the rows are
+    all of a session written now (its caller then writes the pairs at the end)."""
     cursor = conn.connection.dbapi_connection.cursor()
     if conn.dialect.name == "postgresql":
         if rows and conn.dialect.is_async:  # the asyncio adapter's cursor has no copy(): psycopg's own
@@ -79,7 +81,10 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
         sql = dbapi_sql(conn.dialect, INSERT_ROW)
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
-    pairs.pair_inserted(cursor, conn.dialect, rows)
+    if pairing is not None:
+        pairing.add(rows)
+    else:
+        pairs.pair_inserted(cursor, conn.dialect, rows)
 
 
 async def _copy_async(driver: Any, rows: list[tuple]) -> None:
