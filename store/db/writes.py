@@ -60,36 +60,31 @@ def dbapi_sql(dialect: Dialect, sql: str) -> str:
     return sql if dialect.paramstyle == "qmark" else sql.replace("?", "%s")
 
 
-_COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
+COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 
 
-def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000, *,
-                pairing: pairs.SessionPairing | None = None) -> None:
+def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
     """Insert ``entry_values`` tuples inside ``conn``'s transaction: the driver's ``executemany``
     (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row); then pair their
-    tool calls and results (``store.analysis.pairs``): in SQL, or in ``pairing`` when the rows are
-    all of a session written now (its caller then writes the pairs at the end)."""
+    tool calls and results (``store.analysis.pairs``)."""
     cursor = conn.connection.dbapi_connection.cursor()
     if conn.dialect.name == "postgresql":
         if rows and conn.dialect.is_async:  # the asyncio adapter's cursor has no copy(): psycopg's own
             await_only(_copy_async(conn.connection.driver_connection, rows))
         elif rows:
-            with cursor.copy(_COPY_ROWS) as copy:
+            with cursor.copy(COPY_ROWS) as copy:
                 for row in rows:
                     copy.write_row(row)
     else:
         sql = dbapi_sql(conn.dialect, INSERT_ROW)
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
-    if pairing is not None:
-        pairing.add(rows)
-    else:
-        pairs.pair_inserted(cursor, conn.dialect, rows)
+    pairs.pair_inserted(cursor, conn.dialect, rows)
 
 
 async def _copy_async(driver: Any, rows: list[tuple]) -> None:
     """``COPY`` of ``rows`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
-    async with driver.cursor() as cursor, cursor.copy(_COPY_ROWS) as copy:
+    async with driver.cursor() as cursor, cursor.copy(COPY_ROWS) as copy:
         for row in rows:
             await copy.write_row(row)
 
