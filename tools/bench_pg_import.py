@@ -97,6 +97,11 @@ with tempfile.TemporaryDirectory() as folder:
 """
 
 
+def raw_baseline(path: Path) -> dict | None:
+    """The raw SQLite baseline's import of the files at ``path``: seconds, entries, bytes."""
+    return run_json([sys.executable, "-c", _RAW, str(BASELINES), str(path)])
+
+
 def load() -> float:
     return os.getloadavg()[0]
 
@@ -125,7 +130,7 @@ def bench(path: Path, rounds: int, server: str, trees: dict[str, Path], scratch:
     runs: dict[str, list[dict]] = {}
     for round_number in range(rounds):
         start_load = load()
-        raw = run_json([sys.executable, "-c", _RAW, str(BASELINES), str(path)])
+        raw = raw_baseline(path)
         db = scratch / "sqlite.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
