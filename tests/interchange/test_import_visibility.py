@@ -130,8 +130,10 @@ def test_a_search_during_an_import_sees_all_of_it_or_nothing(store: SessionStore
     done = threading.Event()
 
     def search() -> None:
-        while not done.is_set():
+        while True:  # at least once after the start, however fast the import
             seen.append(len(store.search("gaur", limit=expected + 1)))
+            if done.is_set():
+                return
 
     reader = threading.Thread(target=search)
     reader.start()
