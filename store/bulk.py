@@ -13,16 +13,18 @@ links to later lines). Neither holds more than one chunk of rows; :func:`finish_
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
+from store.analysis.pairs import SessionPairing
 from store.db import current_path
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
-from store.db.writes import dbapi_sql, entry_values, insert_rows, insert_session
+from store.db.writes import COPY_ROWS, dbapi_sql, entry_values, insert_rows, insert_session
 from store.format.jsdate import parse_js_date, storable_ms
 from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
@@ -112,7 +114,11 @@ class RowBuilder:
 
 
 class SessionWriter:
-    """The database side of storing rows of one session (see the module docstring)."""
+    """The database side of storing rows of one session (see the module docstring). Use it as a
+    context manager around the inserts and :meth:`finish`: on PostgreSQL the rows of a session
+    written whole stream through one ``COPY`` that stays open from the first chunk to
+    :meth:`finish` (the server stores a chunk while the next one is built), and a block that
+    raises must abort it before the transaction can roll back."""
 
     def __init__(self, conn: Connection, session_pk: int, *, first_seq: int = 0) -> None:
         self.conn = conn
@@ -120,13 +126,39 @@ class SessionWriter:
         self.first_seq = first_seq
         self.stored = StoredRows() if first_seq else None  # appends: what the new rows name
         self._cursor = conn.connection.dbapi_connection.cursor()
+        # PostgreSQL, every row of the session written here: its tool calls are paired in memory
+        # and copied at the end (a statement per call and per result cost an import more than the
+        # rows' own COPY). SQLite's executemany runs in-process: it keeps pairing in SQL.
+        dialect = conn.dialect
+        self._pairing = (SessionPairing() if not first_seq and dialect.name == "postgresql" and not dialect.is_async
+                         else None)
+        self._copying = ExitStack()  # the open COPY of the rows, with _pairing
+        self._copy: Any = None
+
+    def __enter__(self) -> SessionWriter:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._copying.__exit__(*exc_info)  # an exception aborts an open COPY (psycopg sends CopyFail)
 
     def insert(self, values: list[tuple]) -> None:
-        insert_rows(self.conn, values)
+        if self._pairing is None:
+            insert_rows(self.conn, values)
+            return
+        if self._copy is None:
+            self._copy = self._copying.enter_context(self._cursor.copy(COPY_ROWS))
+        write_row = self._copy.write_row
+        for row in values:
+            write_row(row)
+        self._pairing.add(values)
 
     def finish(self, summary: RowsSummary) -> list[LineWarning]:
         """Settle what the whole session tells — rows superseded by later duplicates, rows whose
         parent id is defined at or after them — and return the tree's problems as warnings."""
+        if self._pairing is not None:
+            self._copying.close()  # the end of the rows' COPY: the server has stored them all
+            self._copy = None
+            self._pairing.copy(self._cursor)
         outcome = summary.tree
         if outcome is None:
             return []
@@ -299,11 +331,11 @@ def store_session_rows(conn: Connection, session_id: str, head: dict | None, row
     """Insert a session and all its rows (a session made from entries); returns its key."""
     spk = create_session(conn, session_id)
     builder = RowBuilder(spk, derive_tree=pi_valid)
-    writer = SessionWriter(conn, spk)
-    for start in range(0, len(rows), CHUNK_ROWS):
-        writer.insert(builder.build(rows[start:start + CHUNK_ROWS]))
-    summary = builder.finish()
-    problems = writer.finish(summary)
+    with SessionWriter(conn, spk) as writer:
+        for start in range(0, len(rows), CHUNK_ROWS):
+            writer.insert(builder.build(rows[start:start + CHUNK_ROWS]))
+        summary = builder.finish()
+        problems = writer.finish(summary)
     if warnings is not None:
         warnings.extend(problems)
     finish_session(conn, spk, head, summary, pi_valid=pi_valid, mtime_ms=mtime_ms)

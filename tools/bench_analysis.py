@@ -9,7 +9,9 @@ sessions / 1,000,000 entries, against Pi listing the same sessions as JSONL in t
    compactions, labels and names, words drawn Zipf-like from a 20,000-word vocabulary, one word
    unique to each session.
 2. Imports them (``SessionStore.import_path``), then brings the SQLite search index up to date
-   (``pi-store fts sync``: the time is reported; PostgreSQL indexes while importing).
+   (``pi-store fts sync``: the time is reported; PostgreSQL indexes while importing). The import's
+   MB/s is reported against the raw SQLite baseline's import of the same files, run just before
+   (``tools/bench_pg_import.py``, which also compares the engines round by round).
 3. Times (median of ``--reps``): the first page of ``list`` in each sort order, a filtered page,
    a deep page by cursor; searches (a word of one session, a middling and the most common word, a
    phrase, a prefix, one session's, path-only); the first page (``LIMIT 100``) of every view;
@@ -38,6 +40,7 @@ import time
 from pathlib import Path
 
 import orjson
+from bench_pg_import import raw_baseline
 from benchmarking import ORACLE_RUN, RESULTS, ROOT, SHARED, median_ms, record
 from sqlalchemy import text
 
@@ -229,10 +232,12 @@ def main() -> None:
     with read_transaction(store.engine) as conn:
         stored = conn.execute(text("SELECT count(*) FROM sessions")).scalar()
     if stored != args.sessions:
+        raw = raw_baseline(directory)  # the raw SQLite baseline over the same files, just before
         start = time.perf_counter()
         reports = store.import_path(directory)
         seconds = time.perf_counter() - start
-        record(op="import", files=len(reports), s=seconds, mb_per_s=size / 1e6 / seconds)
+        record(op="import", files=len(reports), s=seconds, mb_per_s=size / 1e6 / seconds,
+               raw_sqlite_mb_per_s=raw and size / 1e6 / raw["s"], vs_raw_sqlite=raw and raw["s"] / seconds)
     start = time.perf_counter()
     indexed = fts.sync(store.engine)
     record(op="fts sync after import", rows=indexed, s=time.perf_counter() - start)

@@ -37,6 +37,9 @@ _INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_
 _ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, "
            "duration_ms = CAST(? AS BIGINT) - call_ms "
            "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq < ?")
+_PAIR_COLUMNS = ("session_pk", "call_seq", "call_index", "tool_call_id", "name", "call_ms", "result_seq", "is_error",
+                 "result_chars", "duration_ms")
+_COPY_PAIRS = f"COPY tool_call_pairs ({', '.join(_PAIR_COLUMNS)}) FROM STDIN"
 _SESSION_ROWS = ("SELECT seq, role, timestamp, facts, length(search_text) FROM entries "
                  "WHERE session_pk = ? AND kind = 'entry' AND type = 'message' "
                  "AND role IN ('assistant', 'toolResult') ORDER BY seq")
@@ -68,6 +71,49 @@ def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
             if answer is not None:
                 answers.append(answer)
     _write(cursor, dialect, calls, answers)
+
+
+class SessionPairing:
+    """The pairs of one session whose every row is being written now (an import of a new or
+    replaced session: no stored call waits for a result), kept in memory while its rows are
+    inserted — the same answers as :func:`pair_inserted`, without a statement per call and per
+    result — and written at the end by :meth:`copy` (PostgreSQL: one ``COPY``)."""
+
+    def __init__(self) -> None:
+        self._pairs: list[list] = []  # _PAIR_COLUMNS order, answers filled in as results come
+        self._open: dict[str, list[list]] = {}  # tool call id -> its unanswered calls
+
+    def add(self, rows: Sequence[tuple]) -> None:
+        """Pair the calls and results among ``rows`` (``ROW_COLUMNS`` tuples, the session's next
+        rows in ``seq`` order) with each other and with the earlier rows' unanswered calls."""
+        spk_at, seq_at, kind_at, type_at, role_at, ts_at, facts_at, text_at = _positions()
+        for row in rows:
+            if row[type_at] != "message" or row[kind_at] != "entry":
+                continue
+            role = row[role_at]
+            if role == "assistant":
+                if '"toolCalls"' in row[facts_at]:
+                    for call in _calls(row[spk_at], row[seq_at], row[ts_at], row[facts_at]):
+                        pair = [*call, None, None, None, None]
+                        self._pairs.append(pair)
+                        if call[3] is not None:  # SQL's tool_call_id = ? never matches NULL
+                            self._open.setdefault(call[3], []).append(pair)
+            elif role == "toolResult":
+                answer = _answer(row[spk_at], row[seq_at], row[ts_at], row[facts_at], len(row[text_at]))
+                if answer is not None and (waiting := self._open.pop(answer[5], None)):
+                    result_seq, is_error, chars, result_ms = answer[:4]
+                    for pair in waiting:  # every waiting call was written before this result
+                        call_ms = pair[5]
+                        pair[6:] = [result_seq, is_error, chars,
+                                    None if result_ms is None or call_ms is None else result_ms - call_ms]
+
+    def copy(self, cursor: Any) -> None:
+        """Write the pairs (a psycopg cursor inside the rows' transaction, after the rows)."""
+        if self._pairs:
+            with cursor.copy(_COPY_PAIRS) as copy:
+                for pair in self._pairs:
+                    copy.write_row(pair)
+        self._pairs, self._open = [], {}
 
 
 def rebuild_session(conn: Connection, session_pk: int) -> None:

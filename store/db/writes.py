@@ -60,7 +60,7 @@ def dbapi_sql(dialect: Dialect, sql: str) -> str:
     return sql if dialect.paramstyle == "qmark" else sql.replace("?", "%s")
 
 
-_COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
+COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 
 
 def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
@@ -72,7 +72,7 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
         if rows and conn.dialect.is_async:  # the asyncio adapter's cursor has no copy(): psycopg's own
             await_only(_copy_async(conn.connection.driver_connection, rows))
         elif rows:
-            with cursor.copy(_COPY_ROWS) as copy:
+            with cursor.copy(COPY_ROWS) as copy:
                 for row in rows:
                     copy.write_row(row)
     else:
@@ -84,7 +84,7 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
 
 async def _copy_async(driver: Any, rows: list[tuple]) -> None:
     """``COPY`` of ``rows`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
-    async with driver.cursor() as cursor, cursor.copy(_COPY_ROWS) as copy:
+    async with driver.cursor() as cursor, cursor.copy(COPY_ROWS) as copy:
         for row in rows:
             await copy.write_row(row)
 

@@ -228,23 +228,24 @@ def _store_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | No
 
 
 def _stream_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | None, in_worker: bool) -> FileRows:
-    writer = SessionWriter(conn, job.session_pk, first_seq=job.first_seq)
-    if in_worker:
-        read = None
-        for item in read_in_worker(job, progress):
-            if isinstance(item, FileRows):
-                read = item
-            else:
-                writer.insert(item)
-        assert read is not None
-    else:
-        reading = RowReading(job, hasher, progress, writer.look_up_stored if job.first_seq else None, writer.stored)
-        for values in reading.chunks():
-            writer.insert(values)
-        read = reading.result
-        assert read is not None
-    for warning in writer.finish(read.summary):
-        read.warnings(warning)
+    with SessionWriter(conn, job.session_pk, first_seq=job.first_seq) as writer:
+        if in_worker:
+            read = None
+            for item in read_in_worker(job, progress):
+                if isinstance(item, FileRows):
+                    read = item
+                else:
+                    writer.insert(item)
+            assert read is not None
+        else:
+            reading = RowReading(job, hasher, progress, writer.look_up_stored if job.first_seq else None,
+                                 writer.stored)
+            for values in reading.chunks():
+                writer.insert(values)
+            read = reading.result
+            assert read is not None
+        for warning in writer.finish(read.summary):
+            read.warnings(warning)
     return read
 
 
