@@ -33,10 +33,12 @@ from store.format.jsdate import parse_js_date
 _INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, call_ms) "
            "VALUES (?, ?, ?, ?, ?, ?)")
 # a result answers the session's unanswered calls with its id written before it; given in seq
-# order, each call gets the first result after it
+# order, each call gets the first result after it. ``call_seq + 0``: without statistics SQLite
+# would range-scan the primary key (every earlier call of the session, quadratic over an import:
+# 60k entries took 24 s of the 30 s) instead of the partial index of unanswered calls by id.
 _ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, "
            "duration_ms = CAST(? AS BIGINT) - call_ms "
-           "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq < ?")
+           "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq + 0 < ?")
 _PAIR_COLUMNS = ("session_pk", "call_seq", "call_index", "tool_call_id", "name", "call_ms", "result_seq", "is_error",
                  "result_chars", "duration_ms")
 _COPY_PAIRS = f"COPY tool_call_pairs ({', '.join(_PAIR_COLUMNS)}) FROM STDIN"

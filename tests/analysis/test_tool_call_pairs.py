@@ -192,3 +192,16 @@ def test_reimport_replacement_delete_and_prune(store: SessionStore, tmp_path: Pa
     store.delete("tp")
     with read_transaction(store.engine) as conn:
         assert conn.execute(text("SELECT count(*) FROM tool_call_pairs")).scalar_one() == 0
+
+
+def test_a_result_looks_up_the_open_calls_by_id(tmp_path: Path) -> None:
+    """The answering update reads the partial index of unanswered calls by id, not every earlier
+    call of the session: a range scan of the primary key made a long import quadratic."""
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        manager = store.create("/w")
+        manager.append_message({"role": "user", "content": "go", "timestamp": 1})
+        with write_transaction(store.engine) as conn:
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + pairs._ANSWER,
+                                        (1, 0, 0, 0, 1, "call_1", 10)).all()
+    assert [row[-1] for row in plan] == [
+        "SEARCH tool_call_pairs USING INDEX ix_tool_call_pairs_open (session_pk=? AND tool_call_id=?)"]
