@@ -20,13 +20,22 @@ Presets: ``pi-written`` (the oracle's ``gen.mjs --seed 1 --size large``, Pi's ow
 session), ``linear`` (``make_linear_session.py 10000``), ``bench`` (the 1/10-scale store of
 ``bench_analysis.py``: 1,000 sessions / 100k entries), ``corpus`` (``$PI_STORE_SHARED/corpus``,
 read in place). Prints one JSON object per measurement and a Markdown summary at the end.
+
+``--what-if`` (SQLite) measures each storage idea on a copy of the database, every copy
+``VACUUM``ed so that they compare with the vacuumed original: ``search_text`` emptied with the
+full-text index kept (what a contentless FTS5 table would store), ``facts`` without ``toolCalls``,
+8 and 16 KiB pages, all three together, and ``raw`` compressed with zlib (level 6; an estimate
+from the compressed lengths, nothing rewritten).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import sqlite3
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 from benchmarking import BASELINES, ORACLE_RUN, SHARED, record
@@ -126,6 +135,62 @@ def pg_breakdown(store: SessionStore) -> dict:
     return {"bytes": total, "objects": objects, "columns": dict(zip(columns, sums, strict=True))}
 
 
+WHAT_IF = {  # name: (page size, statements run on the copy before VACUUM)
+    "vacuumed as is": (None, []),
+    "no search_text (FTS index kept)": (
+        None,
+        ["DROP TRIGGER entries_fts_update", "UPDATE entries SET search_text = ''"],
+    ),
+    "facts without toolCalls": (
+        None,
+        ["UPDATE entries SET facts = json_remove(facts, '$.toolCalls') WHERE facts LIKE '%\"toolCalls\"%'"],
+    ),
+    "8 KiB pages": (8192, []),
+    "16 KiB pages": (16384, []),
+}
+WHAT_IF["all three (16 KiB)"] = (
+    16384,
+    WHAT_IF["no search_text (FTS index kept)"][1] + WHAT_IF["facts without toolCalls"][1],
+)
+
+
+def used_bytes(conn: sqlite3.Connection) -> int:
+    return conn.execute(
+        "SELECT (page_count - freelist_count) * page_size "
+        "FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()"
+    ).fetchone()[0]
+
+
+def what_if(name: str, db: Path, jsonl: int) -> None:
+    """Each idea of ``WHAT_IF`` on a copy of the SQLite database ``db``, and compressed ``raw``."""
+    copy = db.with_suffix(".what-if.db")
+    for idea, (page_size, statements) in WHAT_IF.items():
+        shutil.copy(db, copy)
+        conn = sqlite3.connect(copy, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=DELETE")  # (page size changes need a rollback journal)
+        for statement in statements:
+            conn.execute(statement)
+        if page_size:
+            conn.execute(f"PRAGMA page_size={page_size}")
+        conn.execute("VACUUM")
+        size = used_bytes(conn)
+        conn.close()
+        record(input=name, engine="sqlite", what_if=idea, db_mb=round(size / 1e6, 2), ratio=round(size / jsonl, 3))
+    copy.unlink()
+    conn = sqlite3.connect(db)
+    stored = compressed = 0
+    for (raw,) in conn.execute("SELECT raw FROM entries WHERE raw IS NOT NULL"):
+        stored, compressed = stored + len(raw), compressed + len(zlib.compress(raw, 6))
+    conn.close()
+    record(
+        input=name,
+        engine="sqlite",
+        what_if="raw compressed (zlib 6, estimate)",
+        raw_mb=round(stored / 1e6, 2),
+        saved_mb=round((stored - compressed) / 1e6, 2),
+    )
+
+
 def scratch_pg(url: str, name: str) -> str:
     """A fresh database ``name`` on the server of ``url`` (dropped first if it exists)."""
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
@@ -173,6 +238,7 @@ def main() -> None:
     parser.add_argument("--preset", action="append", default=[], choices=("pi-written", "linear", "bench", "corpus"))
     parser.add_argument("--pg", metavar="URL", help="also measure PostgreSQL (scratch databases on this server)")
     parser.add_argument("--out", type=Path, default=Path("bench-storage"))
+    parser.add_argument("--what-if", action="store_true", help="measure each storage idea on a copy (SQLite)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     inputs = [(name, preset(name, args.out)) for name in args.preset]
@@ -183,6 +249,8 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         rows.append(measure(name, source, f"sqlite:///{db.resolve()}", "sqlite"))
+        if args.what_if:
+            what_if(name, db, jsonl_bytes(source))
         if args.pg:
             rows.append(
                 measure(name, source, scratch_pg(args.pg, f"bench_storage_{name.replace('-', '_')}"), "postgresql")
