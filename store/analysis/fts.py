@@ -132,19 +132,64 @@ def pending(conn: Connection) -> int:
     return max(conn.execute(_PENDING).scalar_one(), 0)
 
 
+# Migration 0010 (SQLite): a row whose whole searchable text is one string of its line, read back
+# by SQLite exactly, keeps it in ``line`` alone. Its ``search_text`` is emptied and ``facts`` says
+# where the text is (``textAt``, a JSON path) and how long it is (``textChars``); the view
+# ``entries_search`` gives every row's text, and the FTS5 index reads that view. Short texts stay:
+# the two facts cost ~40 bytes. The path of a row's text, by its type (SQLite checks that the
+# string there is the text, character for character, before it empties anything).
+ELIDE_MIN_CHARS = 256
+# (json_valid first, in a CASE: JSON.parse takes lines that SQLite's parser refuses, e.g. deeper
+# nesting, and a CASE is evaluated in order where AND terms may not be)
+TEXT_PATH = """CASE WHEN json_valid(line) THEN CASE
+    WHEN type = 'message' THEN CASE json_type(line, '$.message.content')
+        WHEN 'text' THEN '$.message.content' WHEN 'array' THEN '$.message.content[0].text' END
+    WHEN type IN ('compaction', 'branch_summary') THEN '$.summary'
+    WHEN type = 'label' THEN '$.label'
+    WHEN type = 'session_info' THEN '$.name'
+    WHEN type = 'custom_message' THEN '$.content'
+END END"""
+_ELIDE = f"""UPDATE entries
+SET facts = json_set(facts, '$.textAt', text_path, '$.textChars', length(search_text)), search_text = ''
+FROM (SELECT pk AS key, {TEXT_PATH} AS text_path FROM entries
+      WHERE pk > :w AND pk <= :top AND kind = 'entry' AND length(search_text) >= {ELIDE_MIN_CHARS}
+        AND facts ->> 'textChars' IS NULL) AS found
+WHERE entries.pk = found.key
+  AND CASE WHEN found.text_path IS NULL THEN 0
+           WHEN json_type(entries.line, found.text_path) = 'text'
+                AND json_extract(entries.line, found.text_path) = entries.search_text THEN 1
+           ELSE 0 END = 1"""
+# every row's searchable text, where migration 0010 keeps it (its view ``entries_search``)
+ROW_TEXT = ("CASE WHEN {r}.facts ->> 'textAt' IS NULL THEN {r}.search_text "
+            "ELSE json_extract({r}.line, {r}.facts ->> 'textAt') END")
+
+
+def one_copy(conn: Connection) -> bool:
+    """Whether the SQLite schema keeps long texts in ``line`` alone (migration 0010 or later)."""
+    return conn.execute(text("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'entries_search'")
+                        ).first() is not None
+
+
 def catch_up(conn: Connection) -> int:
     """Index the rows written since the last catch-up (SQLite; inside the caller's write
-    transaction); returns how many rows with text were added."""
+    transaction), keeping their long texts in ``line`` alone (migration 0010); returns how many
+    rows with text were added."""
     if not is_sqlite(conn):
         return 0
     watermark = conn.execute(text("SELECT indexed_pk FROM fts_watermark")).scalar_one()
     top = conn.execute(text("SELECT coalesce(max(pk), 0) FROM entries")).scalar_one()
     if top <= watermark:
         return 0
+    bounds = {"w": watermark, "top": top}
+    if one_copy(conn):  # (rows above the watermark: the update trigger leaves them alone)
+        conn.execute(text(_ELIDE), bounds)
+        source = "entries_search"
+    else:  # an older revision (a migration before 0010 running this code)
+        source = "entries"
     added = conn.execute(text(
         "INSERT INTO entries_fts (rowid, search_text) "
-        "SELECT pk, search_text FROM entries WHERE pk > :w AND pk <= :top AND search_text <> ''"
-    ), {"w": watermark, "top": top}).rowcount
+        f"SELECT pk, search_text FROM {source} WHERE pk > :w AND pk <= :top AND search_text <> ''"
+    ), bounds).rowcount
     conn.execute(text("UPDATE fts_watermark SET indexed_pk = :top"), {"top": top})
     return added
 
