@@ -14,9 +14,11 @@ an int or a str, and a SQLite trigger costs every inserted row, so there are nei
 ``search_text``
     the entry's searchable text: its plain text first, then a newline and what else is worth
     finding (thinking, tool-call names and argument values, error messages, system-prompt
-    sections); at most ``SEARCH_TEXT_LIMIT`` characters. Plain text is the text blocks of a
-    message (images, thinking and tool calls left out), a bash execution's command and output,
-    a summary, a custom message's content, a context edit's replacement, a label, a session name.
+    sections); at most ``SEARCH_TEXT_LIMIT`` characters (on SQLite the index catch-up later keeps
+    a long text that is one string of the line in the line alone: ``store.analysis.fts``).
+    Plain text is the text blocks of a message (images, thinking and tool calls left out), a
+    bash execution's command and output, a summary, a custom message's content, a context
+    edit's replacement, a label, a session name.
 ``facts``
     a small JSON object of per-type fields: ``textChars`` (length of the plain text, when it is
     not all of ``search_text``), ``stopReason``, ``errorMessage``, ``totalTokens``, ``toolCalls``
