@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Dialect
 
 from store.analysis.pairs import pair_inserted
-from store.db.writes import INSERT_ROW, dbapi_sql
+from store.db.writes import dbapi_sql, insert_sql
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
@@ -63,7 +63,7 @@ class AppendCursor:
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
         self._ids = dbapi_sql(dialect, _IDS)
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
-        self._insert = dbapi_sql(dialect, INSERT_ROW)
+        self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
 
     @classmethod

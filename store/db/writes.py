@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Dialect, insert
 from sqlalchemy.util import await_only
 
-from store.analysis import pairs
+from store.analysis import fts, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
 from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
@@ -53,6 +53,22 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
 
 
 INSERT_ROW = f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
+# SQLite (migration 0010): the same row, its long text left out of search_text where SQLite reads
+# exactly that text in its line (store.analysis.fts); evaluated by SQLite, so what is left out is
+# what the index and the views read back
+_KEPT = {"search_text": "CASE WHEN kept_at IS NULL THEN search_text ELSE '' END",
+         "facts": f"CASE WHEN kept_at IS NULL THEN facts ELSE {fts.KEPT_FACTS} END"}
+INSERT_ROW_SQLITE = (
+    f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) "
+    f"SELECT {', '.join(_KEPT.get(c, c) for c in ROW_COLUMNS)} "
+    f"FROM (SELECT *, {fts.KEPT_AT} AS kept_at FROM (SELECT *, {fts.CANDIDATE_PATH} AS path "
+    f"FROM (SELECT {', '.join(f'? AS {c}' for c in ROW_COLUMNS)})))"
+)
+
+
+def insert_sql(dialect: Dialect) -> str:
+    """The statement inserting one ``entry_values`` tuple, in ``dialect``'s paramstyle."""
+    return INSERT_ROW_SQLITE if dialect.name == "sqlite" else dbapi_sql(dialect, INSERT_ROW)
 
 
 def dbapi_sql(dialect: Dialect, sql: str) -> str:
@@ -76,7 +92,7 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
                 for row in rows:
                     copy.write_row(row)
     else:
-        sql = dbapi_sql(conn.dialect, INSERT_ROW)
+        sql = insert_sql(conn.dialect)
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
     pairs.pair_inserted(cursor, conn.dialect, rows)
