@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
+from store.analysis.extract import KEEP_ONCE_MIN_CHARS
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
@@ -136,11 +137,11 @@ def pending(conn: Connection) -> int:
 # by SQLite exactly, keeps it in ``line`` alone. Its ``search_text`` is empty and ``facts`` says
 # where the text is (``textAt``, a JSON path) and how long it is (``textChars``); the view
 # ``entries_search`` gives every row's text, and the FTS5 index reads that view. New rows are
-# written so (``store.db.writes.insert_sql``), stored rows are converted by :func:`keep_once`.
-# Short texts stay: the two facts cost ~50 bytes (net saving measured on the Pi-written file:
-# 0.81 MB from 128 characters on, 0.35 MB from 256 on).
-ELIDE_MIN_CHARS = 128
-# ``TEXT_PATH``: where a row's text would be, by its type; SQLite then checks that the string
+# written so (``store.db.writes.insert_sql``, on the path ``extract.text_path`` proposes); the
+# rows stored before, or recomputed by ``backfill``, are converted by :func:`keep_once`, which finds
+# the path by the row's type (``TEXT_PATH``).
+ELIDE_MIN_CHARS = KEEP_ONCE_MIN_CHARS
+# ``TEXT_PATH``: where a stored row's text would be, by its type; SQLite then checks that the string
 # there is the text, character for character, before it leaves it out of ``search_text``.
 # (json_valid first, in a CASE: JSON.parse takes lines that SQLite's parser refuses, e.g. deeper
 # nesting, and a CASE is evaluated in order where AND terms may not be.)
@@ -164,9 +165,10 @@ FROM (SELECT key, {KEPT_AT} AS kept_at
       FROM (SELECT pk AS key, line, search_text, {CANDIDATE_PATH} AS path FROM entries WHERE pk > :after)
       WHERE path IS NOT NULL) AS found
 WHERE entries.pk = found.key AND found.kept_at IS NOT NULL"""
-# every row's searchable text, where migration 0010 keeps it (its view ``entries_search``)
+# every row's searchable text, where migration 0010 keeps it (its view ``entries_search``): a
+# ``textAt`` whose check failed at insert (SQLite read another string there) leaves the text in place
 ROW_TEXT = (
-    "CASE WHEN {r}.facts ->> 'textAt' IS NULL THEN {r}.search_text "
+    "CASE WHEN {r}.search_text <> '' OR {r}.facts ->> 'textAt' IS NULL THEN {r}.search_text "
     "ELSE json_extract({r}.line, {r}.facts ->> 'textAt') END"
 )
 
@@ -180,8 +182,9 @@ def one_copy(conn: Connection) -> bool:
 def keep_once(conn: Connection, after_pk: int = 0) -> int:
     """Leave out of ``search_text`` the long texts of the stored rows above ``after_pk`` that
     their line holds (migration 0010, SQLite, inside the caller's write transaction; rows written
-    since are written so). Run where the index does not hold those rows (the update trigger
-    would re-index each one); returns how many rows changed."""
+    since the migration are written so, but ``backfill`` rewrites the columns). Run where the
+    index does not hold those rows (the update trigger would re-index each one); returns how many
+    rows changed."""
     return conn.execute(text(_KEEP_ONCE), {"after": after_pk}).rowcount
 
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Dialect
 
 from store.analysis.pairs import pair_inserted
-from store.db.writes import dbapi_sql, insert_sql
+from store.db.writes import dbapi_sql, insert_sql, without_path
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
@@ -89,9 +89,9 @@ class AppendCursor:
         return {row[0] for row in self._cursor.fetchall()}
 
     def insert(self, rows: list[tuple]) -> None:
-        """Insert rows given as tuples in ``ROW_COLUMNS`` order (and pair their tool calls)."""
+        """Insert ``entry_values`` tuples (and pair their tool calls)."""
         if rows:
-            self._cursor.executemany(self._insert, rows)
+            self._cursor.executemany(self._insert, rows if self._dialect.name == "sqlite" else without_path(rows))
             pair_inserted(self._cursor, self._dialect, rows)
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
