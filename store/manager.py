@@ -623,15 +623,17 @@ def _as_dict(message: Any) -> dict:
 
 
 def _with_text(row: dict) -> tuple:
-    """A row of a private (SQLite) database as ``entry_values`` gives it: a text the private
-    database kept in ``line`` alone (migration 0010) back in ``search_text`` with its path, so
-    that the store decides for itself (PostgreSQL keeps every text in ``search_text``)."""
+    """A row of a private (SQLite) database as ``entry_values`` gives it: the text and facts
+    without what migration 0010 added (a text kept in ``line`` alone back in ``search_text``),
+    and its path, so that the store decides for itself (PostgreSQL keeps every text in
+    ``search_text``)."""
     at = None
-    if row["search_text"] == "" and '"textAt"' in row["facts"]:
+    if '"textAt"' in row["facts"]:
         facts = orjson.loads(row["facts"])
         at = facts.pop("textAt", None)
         if at is not None:
             facts.pop("textChars", None)
-            row["search_text"], row["facts"] = row["kept_text"], orjson.dumps(facts).decode()
+            row["facts"] = orjson.dumps(facts).decode()
+            if row["search_text"] == "":
+                row["search_text"] = row["kept_text"]
     return (*(row[c] for c in ROW_COLUMNS), at)
-

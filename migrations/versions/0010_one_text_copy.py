@@ -70,7 +70,8 @@ END""",
 TEXT_VIEWS = ("messages", "compactions", "labels")  # the views that show a row's plain text
 _SEARCH_DROPS = ["DROP TRIGGER entries_fts_update", "DROP TRIGGER entries_fts_delete", "DROP TABLE entries_fts"]
 _UNDO = """UPDATE entries
-SET search_text = json_extract(line, facts ->> 'textAt'), facts = json_remove(facts, '$.textAt', '$.textChars')
+SET search_text = CASE WHEN search_text = '' THEN json_extract(line, facts ->> 'textAt') ELSE search_text END,
+    facts = json_remove(facts, '$.textAt', '$.textChars')
 WHERE facts ->> 'textAt' IS NOT NULL"""
 
 
