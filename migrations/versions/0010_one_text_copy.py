@@ -3,10 +3,10 @@
 Issue 11, item 4 (storage). ``search_text`` held a second copy of each entry's text (18 % of a
 database: ``tools/bench_storage.py``). Where a row's whole searchable text is one string of its
 line (a user or tool-result text, a single-block assistant answer, a summary, a label) and at
-least ``fts.ELIDE_MIN_CHARS`` long, ``search_text`` is now empty and ``facts`` records where the
-text is (``textAt``, a JSON path) and its length (``textChars``) — decided by SQLite itself, which
-compares the string at that path with the text character for character, so the index, the views
-and the snippets read exactly the text they read before:
+least ``extract.KEEP_ONCE_MIN_CHARS`` (128) characters long, ``search_text`` is now empty and
+``facts`` records where the text is (``textAt``, a JSON path) and its length (``textChars``) —
+decided by SQLite itself, which compares the string at that path with the text character for
+character, so the index, the views and the snippets read exactly the text they read before:
 
 * the view ``entries_search`` (``pk``, ``search_text``) gives every row's searchable text, from
   ``search_text`` or from ``line``; the FTS5 table ``entries_fts`` now takes its content from it
@@ -14,7 +14,8 @@ and the snippets read exactly the text they read before:
 * ``messages.text``, ``compactions.summary`` and ``labels.label`` read it too (same columns, same
   values).
 
-New rows are written so by the insert statement (``store.db.writes.insert_sql``: the rows are
+New rows are written so by the insert statement (``store.db.writes.insert_sql``, on the path
+``extract.text_path`` proposes: the rows are
 small from the start, no rewrite); the stored rows are converted here (``fts.keep_once``) and the
 index rebuilt in one pass. Their pages keep the freed space until the file is vacuumed
 (``VACUUM`` in ``sqlite3``). PostgreSQL is unchanged (its GIN index is an expression over

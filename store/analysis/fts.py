@@ -139,13 +139,12 @@ def pending(conn: Connection) -> int:
 # ``entries_search`` gives every row's text, and the FTS5 index reads that view. New rows are
 # written so (``store.db.writes.insert_sql``, on the path ``extract.text_path`` proposes); the
 # rows stored before, or recomputed by ``backfill``, are converted by :func:`keep_once`, which finds
-# the path by the row's type (``TEXT_PATH``).
-ELIDE_MIN_CHARS = KEEP_ONCE_MIN_CHARS
-# ``TEXT_PATH``: where a stored row's text would be, by its type; SQLite then checks that the string
+# the path by the row's type (``_TEXT_PATH``).
+# ``_TEXT_PATH``: where a stored row's text would be, by its type; SQLite then checks that the string
 # there is the text, character for character, before it leaves it out of ``search_text``.
 # (json_valid first, in a CASE: JSON.parse takes lines that SQLite's parser refuses, e.g. deeper
 # nesting, and a CASE is evaluated in order where AND terms may not be.)
-TEXT_PATH = """CASE WHEN json_valid(line) THEN CASE
+_TEXT_PATH = """CASE WHEN json_valid(line) THEN CASE
     WHEN type = 'message' THEN CASE json_type(line, '$.message.content')
         WHEN 'text' THEN '$.message.content' WHEN 'array' THEN '$.message.content[0].text' END
     WHEN type IN ('compaction', 'branch_summary') THEN '$.summary'
@@ -154,15 +153,15 @@ TEXT_PATH = """CASE WHEN json_valid(line) THEN CASE
     WHEN type = 'custom_message' THEN '$.content'
 END END"""
 # the path of a row that may keep its text in line alone (NULL for the others), over its columns
-CANDIDATE_PATH = (f"CASE WHEN kind = 'entry' AND length(search_text) >= {ELIDE_MIN_CHARS} "
-                  f"AND facts ->> 'textChars' IS NULL THEN {TEXT_PATH} END")
+_CANDIDATE_PATH = (f"CASE WHEN kind = 'entry' AND length(search_text) >= {KEEP_ONCE_MIN_CHARS} "
+                  f"AND facts ->> 'textChars' IS NULL THEN {_TEXT_PATH} END")
 # that path where the string there is the text (over the columns and ``path``)
-KEPT_AT = ("CASE WHEN path IS NOT NULL AND json_type(line, path) = 'text' "
+_KEPT_AT = ("CASE WHEN path IS NOT NULL AND json_type(line, path) = 'text' "
            "AND json_extract(line, path) = search_text THEN path END")
-KEPT_FACTS = "json_set(facts, '$.textAt', kept_at, '$.textChars', length(search_text))"
-_KEEP_ONCE = f"""UPDATE entries SET facts = {KEPT_FACTS}, search_text = ''
-FROM (SELECT key, {KEPT_AT} AS kept_at
-      FROM (SELECT pk AS key, line, search_text, {CANDIDATE_PATH} AS path FROM entries WHERE pk > :after)
+_KEPT_FACTS = "json_set(facts, '$.textAt', kept_at, '$.textChars', length(search_text))"
+_KEEP_ONCE = f"""UPDATE entries SET facts = {_KEPT_FACTS}, search_text = ''
+FROM (SELECT key, {_KEPT_AT} AS kept_at
+      FROM (SELECT pk AS key, line, search_text, {_CANDIDATE_PATH} AS path FROM entries WHERE pk > :after)
       WHERE path IS NOT NULL) AS found
 WHERE entries.pk = found.key AND found.kept_at IS NOT NULL"""
 # every row's searchable text, where migration 0010 keeps it (its view ``entries_search``): a

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Dialect, insert
 from sqlalchemy.util import await_only
 
 from store.analysis import pairs
-from store.analysis.extract import ANALYSIS_COLUMNS, KEEP_ONCE_MIN_CHARS, NO_ANALYSIS, analysis_values, text_path
+from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values, text_path
 from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
 from store.format.jsvalue import prop
@@ -46,7 +46,7 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
             target_id = _text(value.get("targetId"))
     if kind == "entry":
         analysis = analysis_values(value)
-        at = text_path(value, analysis[0]) if len(analysis[0]) >= KEEP_ONCE_MIN_CHARS else None
+        at = text_path(value, analysis[0])
     else:
         analysis, at = NO_ANALYSIS, None
     if cols is None:
