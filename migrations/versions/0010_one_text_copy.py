@@ -15,11 +15,10 @@ character, so the index, the views and the snippets read exactly the text they r
   values).
 
 New rows are written so by the insert statement (``store.db.writes.insert_sql``, on the path
-``extract.text_path`` proposes: the rows are
-small from the start, no rewrite); the stored rows are converted here (``fts.keep_once``) and the
-index rebuilt in one pass. Their pages keep the freed space until the file is vacuumed
-(``VACUUM`` in ``sqlite3``). PostgreSQL is unchanged (its GIN index is an expression over
-``search_text``): nothing to do.
+``extract.text_path`` proposes): they are small from the start, nothing is rewritten. The stored
+rows are converted here (``fts.keep_once``) and the index rebuilt in one pass; their pages keep
+the freed space until the file is vacuumed (``VACUUM`` in ``sqlite3``). PostgreSQL is unchanged
+(its GIN index is an expression over ``search_text``): nothing to do.
 
 Revision ID: 0010
 Revises: 0008
