@@ -149,7 +149,7 @@ class SessionWriter:
             self._copy = self._copying.enter_context(self._cursor.copy(COPY_ROWS))
         write_row = self._copy.write_row
         for row in values:
-            write_row(row)
+            write_row(row[:-1])  # the columns, without the text's path (SQLite's: writes.without_path)
         self._pairing.add(values)
 
     def finish(self, summary: RowsSummary) -> list[LineWarning]:

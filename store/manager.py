@@ -17,9 +17,11 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, select
+import orjson
+from sqlalchemy import Connection, Engine, literal_column, select
 
 from store import new_entries, services
+from store.analysis import fts
 from store.context_window import context_path
 from store.db import current_path, queries
 from store.db.appends import AppendCursor, session_changes
@@ -354,7 +356,8 @@ class SessionManager:
         switch to it. Raises SessionExists — and changes nothing — if the id is taken there."""
         session = queries.session_by_pk(private, self._spk)._asdict()
         rows = [row._asdict() for row in private.execute(
-            select(entries_table).where(entries_table.c.session_pk == self._spk).order_by(entries_table.c.seq)
+            select(entries_table, literal_column(fts.ROW_TEXT.format(r="entries")).label("kept_text"))
+            .where(entries_table.c.session_pk == self._spk).order_by(entries_table.c.seq)
         )]
         with write_transaction(self._store.engine) as conn:
             if queries.session_by_id(conn, session["session_id"]) is not None:
@@ -363,7 +366,7 @@ class SessionManager:
             spk = insert_session(conn, **session)
             for row in rows:
                 row["session_pk"] = spk
-            insert_rows(conn, [tuple(row[c] for c in ROW_COLUMNS) for row in rows])
+            insert_rows(conn, [_with_text(row) for row in rows])
             current_path.refresh_on(conn, spk)
         self._engine, self._spk, self._flushed = self._store.engine, spk, True
 
@@ -651,3 +654,20 @@ def _as_dict(message: Any) -> dict:
     if hasattr(message, "model_dump"):
         return message.model_dump(mode="python", exclude_unset=True)
     raise InvalidEntry(f"a message must be a dict or a pydantic model, not {type(message).__name__}")
+
+
+def _with_text(row: dict) -> tuple:
+    """A row of a private (SQLite) database as ``entry_values`` gives it: the text and facts
+    without what migration 0010 added (a text kept in ``line`` alone back in ``search_text``),
+    and its path, so that the store decides for itself (PostgreSQL keeps every text in
+    ``search_text``)."""
+    at = None
+    if '"textAt"' in row["facts"]:
+        facts = orjson.loads(row["facts"])
+        at = facts.pop("textAt", None)
+        if at is not None:
+            facts.pop("textChars", None)
+            row["facts"] = orjson.dumps(facts).decode()
+            if row["search_text"] == "":
+                row["search_text"] = row["kept_text"]
+    return (*(row[c] for c in ROW_COLUMNS), at)

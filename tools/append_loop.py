@@ -8,11 +8,15 @@ append's instructions with callgrind, where wall-clock timing is too noisy (BENC
 
 The difference of the two totals, divided by 500, is the cost of one append. ``--url`` appends
 to a store at that URL instead (a PostgreSQL database, say: the client's instructions only).
+``--page-size`` creates the SQLite database with that page size first (the store keeps a file's
+page size). ``searched``: each append is followed by a search, which first brings the full-text
+index up to date with the appended row (``fts.sync``); ``--text-chars`` makes each message that long.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import tempfile
 
 from store.session_store import SessionStore
@@ -20,20 +24,41 @@ from store.session_store import SessionStore
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("single", "batch"))
+    parser.add_argument("mode", choices=("single", "batch", "searched"))
     parser.add_argument("count", type=int)
     parser.add_argument("--url", help="the store's database (default: a SQLite file in a temporary folder)")
+    parser.add_argument("--page-size", type=int, help="SQLite page size of the new database (default: SQLite's)")
+    parser.add_argument("--text-chars", type=int, default=0, help="pad each message's text to this length")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder, SessionStore.connect(args.url or f"sqlite:///{folder}/s.db") as store:
+    if args.url:
+        run(args.url, args.mode, args.count, args.text_chars)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        if args.page_size:  # kept once the file has a header: switching to WAL writes it
+            conn = sqlite3.connect(f"{folder}/s.db")
+            conn.execute(f"PRAGMA page_size={args.page_size}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.close()
+        run(f"sqlite:///{folder}/s.db", args.mode, args.count, args.text_chars)
+
+
+def run(url: str, mode: str, count: int, chars: int) -> None:
+    def content(i: int) -> str:
+        text = f"message {i}"
+        return text + " padding" * max(0, (chars - len(text)) // 8)
+
+    with SessionStore.connect(url) as store:
         manager = store.create("/bench")
         manager.append_message({"role": "user", "content": "hi"})
-        if args.mode == "single":
-            for i in range(args.count):
-                manager.append_message({"role": "user", "content": f"message {i}"})
-        else:
+        if mode == "batch":
             with manager.batch():
-                for i in range(args.count):
-                    manager.append_message({"role": "user", "content": f"message {i}"})
+                for i in range(count):
+                    manager.append_message({"role": "user", "content": content(i)})
+            return
+        for i in range(count):
+            manager.append_message({"role": "user", "content": content(i)})
+            if mode == "searched":
+                store.search(f"message {i}", limit=1)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def statement_floor(path: Path, appends: int) -> float:
     import sqlite3
 
     from store.db.appends import _ADVANCE, _ID_TAKEN, _LOCK_SQLITE
-    from store.db.writes import INSERT_ROW, entry_values
+    from store.db.writes import INSERT_ROW_SQLITE, entry_values
     from store.format import js_stringify
     from store.tree_columns import TreeColumns
 
@@ -124,7 +124,7 @@ def statement_floor(path: Path, appends: int) -> float:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(_LOCK_SQLITE, (1,)).fetchone()
         conn.execute(_ID_TAKEN, (1, row[3])).fetchone()
-        conn.execute(INSERT_ROW, row)
+        conn.execute(INSERT_ROW_SQLITE, row)
         conn.execute(_ADVANCE, (seq, seq, 1, 1, seq, seq, seq, seq, seq, seq, None, False, None, True, True, 1))
         conn.execute("COMMIT")
     return appends / (time.perf_counter() - start)

@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 
 from store.analysis import fts, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
+from store.db.engine import is_sqlite
 from store.db.writes import dbapi_sql
 from store.format import JsonLineError, js_parse
 
@@ -39,6 +40,8 @@ def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUM
         values = [(_analysis_of(line), pk) for pk, line in rows]
         cursor.executemany(update, [(*(analysis[i] for i in positions), pk) for analysis, pk in values])
         last, count = rows[-1][0], count + len(rows)
+    if is_sqlite(conn) and fts.one_copy(conn):  # (new rows are written so: store.db.writes.insert_sql)
+        fts.keep_once(conn)
     fts.catch_up(conn)
     if tool_calls:
         pairs.rebuild(conn)

@@ -14,9 +14,11 @@ an int or a str, and a SQLite trigger costs every inserted row, so there are nei
 ``search_text``
     the entry's searchable text: its plain text first, then a newline and what else is worth
     finding (thinking, tool-call names and argument values, error messages, system-prompt
-    sections); at most ``SEARCH_TEXT_LIMIT`` characters. Plain text is the text blocks of a
-    message (images, thinking and tool calls left out), a bash execution's command and output,
-    a summary, a custom message's content, a context edit's replacement, a label, a session name.
+    sections); at most ``SEARCH_TEXT_LIMIT`` characters (on SQLite the index catch-up later keeps
+    a long text that is one string of the line in the line alone: ``store.analysis.fts``).
+    Plain text is the text blocks of a message (images, thinking and tool calls left out), a
+    bash execution's command and output, a summary, a custom message's content, a context
+    edit's replacement, a label, a session name.
 ``facts``
     a small JSON object of per-type fields: ``textChars`` (length of the plain text, when it is
     not all of ``search_text``), ``stopReason``, ``errorMessage``, ``totalTokens``, ``toolCalls``
@@ -49,6 +51,7 @@ ANALYSIS_COLUMNS: Final = (
     "usage_input", "usage_output", "usage_cache_read", "usage_cache_write", "usage_cost",
 )
 SEARCH_TEXT_LIMIT: Final = 65_536
+KEEP_ONCE_MIN_CHARS: Final = 128  # shorter texts stay in search_text (see text_path)
 FACTS_MAX_DEPTH: Final = 200  # levels of a JSON value kept as JSON in ``facts`` (below orjson's 255)
 _NO_USAGE: Final = (0, 0, 0, 0, 0, 0.0)  # has_usage, then the numbers
 NO_ANALYSIS: Final = ("", "{}", "", "", *_NO_USAGE)
@@ -298,3 +301,43 @@ def _put_number(facts: dict, key: str, value: Any) -> None:
 def _put_flag(facts: dict, key: str, value: Any) -> None:
     if isinstance(value, bool):
         facts[key] = int(value)
+
+
+def text_path(value: dict, search_text: str) -> str | None:
+    """Where in the entry's JSON the whole of its ``search_text`` is one string (a JSON path such as
+    ``$.message.content[0].text``), for a text of at least ``KEEP_ONCE_MIN_CHARS`` characters; else
+    None. SQLite keeps such a text in ``line`` alone (migration 0010): its insert statement compares
+    the string SQLite reads there with the text before it leaves the text out of ``search_text``
+    (``store.db.writes.insert_sql``), so this is a proposal, checked exactly. The two facts it adds
+    (``textAt``, ``textChars``) cost ~50 bytes: shorter texts would not pay (measured on the
+    Pi-written file: 0.81 MB saved from 128 characters on, 0.35 MB from 256 on)."""
+    if len(search_text) < KEEP_ONCE_MIN_CHARS:
+        return None
+    kind = value.get("type")
+    if kind == "message":
+        message = value.get("message")
+        if message.__class__ is not dict:
+            return None
+        if message.get("role") in ("branchSummary", "compactionSummary"):
+            return "$.message.summary" if message.get("summary") == search_text else None
+        return _content_path(message.get("content"), "$.message.content", search_text)
+    if kind in ("compaction", "branch_summary"):
+        return "$.summary" if value.get("summary") == search_text else None
+    if kind == "custom_message":
+        return _content_path(value.get("content"), "$.content", search_text)
+    if kind == "label":
+        return "$.label" if value.get("label") == search_text else None
+    if kind == "session_info":
+        return "$.name" if value.get("name") == search_text else None
+    return None
+
+
+def _content_path(content: Any, base: str, search_text: str) -> str | None:
+    """The path of the string or text block of ``content`` that is all of ``search_text``."""
+    if content.__class__ is str:
+        return base if content == search_text else None
+    if content.__class__ is list:
+        for index, block in enumerate(content):
+            if block.__class__ is dict and block.get("type") == "text" and block.get("text") == search_text:
+                return f"{base}[{index}].text"
+    return None

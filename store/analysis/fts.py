@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
+from store.analysis.extract import KEEP_ONCE_MIN_CHARS
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
@@ -132,6 +133,60 @@ def pending(conn: Connection) -> int:
     return max(conn.execute(_PENDING).scalar_one(), 0)
 
 
+# Migration 0010 (SQLite): a row whose whole searchable text is one string of its line, read back
+# by SQLite exactly, keeps it in ``line`` alone. Its ``search_text`` is empty and ``facts`` says
+# where the text is (``textAt``, a JSON path) and how long it is (``textChars``); the view
+# ``entries_search`` gives every row's text, and the FTS5 index reads that view. New rows are
+# written so (``store.db.writes.insert_sql``, on the path ``extract.text_path`` proposes); the
+# rows stored before, or recomputed by ``backfill``, are converted by :func:`keep_once`, which finds
+# the path by the row's type (``_TEXT_PATH``).
+# ``_TEXT_PATH``: where a stored row's text would be, by its type; SQLite then checks that the string
+# there is the text, character for character, before it leaves it out of ``search_text``.
+# (json_valid first, in a CASE: JSON.parse takes lines that SQLite's parser refuses, e.g. deeper
+# nesting, and a CASE is evaluated in order where AND terms may not be.)
+_TEXT_PATH = """CASE WHEN json_valid(line) THEN CASE
+    WHEN type = 'message' THEN CASE json_type(line, '$.message.content')
+        WHEN 'text' THEN '$.message.content' WHEN 'array' THEN '$.message.content[0].text' END
+    WHEN type IN ('compaction', 'branch_summary') THEN '$.summary'
+    WHEN type = 'label' THEN '$.label'
+    WHEN type = 'session_info' THEN '$.name'
+    WHEN type = 'custom_message' THEN '$.content'
+END END"""
+# the path of a row that may keep its text in line alone (NULL for the others), over its columns
+_CANDIDATE_PATH = (f"CASE WHEN kind = 'entry' AND length(search_text) >= {KEEP_ONCE_MIN_CHARS} "
+                  f"AND facts ->> 'textChars' IS NULL THEN {_TEXT_PATH} END")
+# that path where the string there is the text (over the columns and ``path``)
+_KEPT_AT = ("CASE WHEN path IS NOT NULL AND json_type(line, path) = 'text' "
+           "AND json_extract(line, path) = search_text THEN path END")
+_KEPT_FACTS = "json_set(facts, '$.textAt', kept_at, '$.textChars', length(search_text))"
+_KEEP_ONCE = f"""UPDATE entries SET facts = {_KEPT_FACTS}, search_text = ''
+FROM (SELECT key, {_KEPT_AT} AS kept_at
+      FROM (SELECT pk AS key, line, search_text, {_CANDIDATE_PATH} AS path FROM entries WHERE pk > :after)
+      WHERE path IS NOT NULL) AS found
+WHERE entries.pk = found.key AND found.kept_at IS NOT NULL"""
+# every row's searchable text, where migration 0010 keeps it (its view ``entries_search``): a
+# ``textAt`` whose check failed at insert (SQLite read another string there) leaves the text in place
+ROW_TEXT = (
+    "CASE WHEN {r}.search_text <> '' OR {r}.facts ->> 'textAt' IS NULL THEN {r}.search_text "
+    "ELSE json_extract({r}.line, {r}.facts ->> 'textAt') END"
+)
+
+
+def one_copy(conn: Connection) -> bool:
+    """Whether the SQLite schema keeps long texts in ``line`` alone (migration 0010 or later)."""
+    found = conn.execute(text("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'entries_search'"))
+    return found.first() is not None
+
+
+def keep_once(conn: Connection, after_pk: int = 0) -> int:
+    """Leave out of ``search_text`` the long texts of the stored rows above ``after_pk`` that
+    their line holds (migration 0010, SQLite, inside the caller's write transaction; rows written
+    since the migration are written so, but ``backfill`` rewrites the columns). Run where the
+    index does not hold those rows (the update trigger would re-index each one); returns how many
+    rows changed."""
+    return conn.execute(text(_KEEP_ONCE), {"after": after_pk}).rowcount
+
+
 def catch_up(conn: Connection) -> int:
     """Index the rows written since the last catch-up (SQLite; inside the caller's write
     transaction); returns how many rows with text were added."""
@@ -141,10 +196,15 @@ def catch_up(conn: Connection) -> int:
     top = conn.execute(text("SELECT coalesce(max(pk), 0) FROM entries")).scalar_one()
     if top <= watermark:
         return 0
-    added = conn.execute(text(
-        "INSERT INTO entries_fts (rowid, search_text) "
-        "SELECT pk, search_text FROM entries WHERE pk > :w AND pk <= :top AND search_text <> ''"
-    ), {"w": watermark, "top": top}).rowcount
+    # the texts where revision 0010 keeps them (a migration before it may run this code too)
+    source = "entries_search" if one_copy(conn) else "entries"
+    added = conn.execute(
+        text(
+            "INSERT INTO entries_fts (rowid, search_text) "
+            f"SELECT pk, search_text FROM {source} WHERE pk > :w AND pk <= :top AND search_text <> ''"
+        ),
+        {"w": watermark, "top": top},
+    ).rowcount
     conn.execute(text("UPDATE fts_watermark SET indexed_pk = :top"), {"top": top})
     return added
 

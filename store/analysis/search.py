@@ -141,7 +141,9 @@ def _snippets(conn: Connection, query: fts.Query, keys: list[tuple[int, int]]) -
     PostgreSQL's primary key is ``(session_pk, pk)``."""
     if not keys:
         return {}
-    stmt = text("SELECT pk, search_text FROM entries WHERE session_pk IN :spks AND pk IN :pks").bindparams(
+    # SQLite: the view gives the texts that migration 0010 keeps in ``line`` alone (fts.ROW_TEXT)
+    source = "entries_search AS e JOIN entries AS r ON r.pk = e.pk" if is_sqlite(conn) else "entries AS e"
+    stmt = text(f"SELECT e.pk, e.search_text FROM {source} WHERE session_pk IN :spks AND e.pk IN :pks").bindparams(
         bindparam("spks", expanding=True), bindparam("pks", expanding=True))
     params = {"spks": sorted({spk for spk, _ in keys}), "pks": [pk for _, pk in keys]}
     return {pk: highlight(body, query) for pk, body in conn.execute(stmt, params)}

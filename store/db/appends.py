@@ -16,7 +16,7 @@ from sqlalchemy.util import await_only
 
 from store.analysis.pairs import pair_inserted
 from store.db import current_path
-from store.db.writes import INSERT_ROW, ROW_COLUMNS, dbapi_sql
+from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, without_path
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
@@ -72,7 +72,7 @@ class AppendCursor:
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
         self._ids = dbapi_sql(dialect, _IDS)
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
-        self._insert = dbapi_sql(dialect, INSERT_ROW)
+        self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
         self._one_statement = dialect.name == "postgresql"
         self._insert_new = dbapi_sql(dialect, _INSERT_NEW_AND_ADVANCE)
@@ -105,18 +105,18 @@ class AppendCursor:
         return {row[0] for row in self._cursor.fetchall()}
 
     def insert(self, rows: list[tuple]) -> None:
-        """Insert rows given as tuples in ``ROW_COLUMNS`` order (and pair their tool calls)."""
+        """Insert ``entry_values`` tuples (and pair their tool calls)."""
         if rows:
-            self._cursor.executemany(self._insert, rows)
+            self._cursor.executemany(self._insert, rows if self._dialect.name == "sqlite" else without_path(rows))
             pair_inserted(self._cursor, self._dialect, rows)
 
     def insert_new(self, row: tuple, changes: tuple) -> bool:
-        """Insert one entry's row (a ``ROW_COLUMNS`` tuple), pair its tool call or result, and
+        """Insert one entry's row (an ``entry_values`` tuple), pair its tool call or result, and
         apply ``changes`` (:func:`session_changes`) to the session row — unless the entry's id is
         already one of the session's: then nothing is written and the answer is False."""
         spk, entry_id = row[0], row[3]
         if self._one_statement:
-            self._cursor.execute(self._insert_new, (*row, spk, entry_id, *changes))
+            self._cursor.execute(self._insert_new, (*without_path([row])[0], spk, entry_id, *changes))
             if self._cursor.rowcount != 1:
                 return False
         else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside

@@ -27,7 +27,8 @@ Columns derived at append time (so that reads cost what they return, not what th
 
 The analysis columns (``search_text`` ... ``usage_cost``) are computed from the parsed entry at
 write time by ``store.analysis.extract`` (see there); migration 0003 adds them with the views and
-the full-text index (``docs/sql.md``).
+the full-text index (``docs/sql.md``). On SQLite, migration 0010 keeps long texts in ``line`` alone
+(``search_text`` emptied when the index catches up, ``facts.textAt`` says where the text is).
 
 The tables are SQLAlchemy Core ``Table`` objects (nothing maps rows to classes), so reading a
 store does not import the ORM.

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Dialect, insert
 from sqlalchemy.util import await_only
 
 from store.analysis import pairs
-from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
+from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values, text_path
 from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
 from store.format.jsvalue import prop
@@ -30,9 +30,10 @@ def _text(value: Any) -> str | None:
 
 def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, cols: TreeColumns | None,
                  raw: bytes | None = None, eol: str = "\n") -> tuple:
-    """The ``entries`` row of one physical line, in ``ROW_COLUMNS`` order (``value``: its parsed
-    JSON, if any; ``cols``: its derived tree columns, if it is an entry; the analysis columns
-    come from ``store.analysis.extract``)."""
+    """The ``entries`` row of one physical line, in ``ROW_COLUMNS`` order, then where its text is in
+    its line (``extract.text_path``, None: nowhere; not a column: the SQLite insert statement reads
+    it) (``value``: its parsed JSON, if any; ``cols``: its derived tree columns, if it is an entry;
+    the analysis columns come from ``store.analysis.extract``)."""
     entry_id = parent_id = entry_type = role = target_id = timestamp = None
     if isinstance(value, dict):
         entry_type = _text(value.get("type"))
@@ -43,16 +44,49 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
             role = _text(prop(value.get("message"), "role"))
         elif entry_type in ("label", "context_edit"):
             target_id = _text(value.get("targetId"))
-    analysis = analysis_values(value) if kind == "entry" else NO_ANALYSIS
+    if kind == "entry":
+        analysis = analysis_values(value)
+        at = text_path(value, analysis[0])
+    else:
+        analysis, at = NO_ANALYSIS, None
     if cols is None:
         return (session_pk, seq, kind, entry_id, parent_id, entry_type, role, target_id, timestamp, line, raw, eol,
-                None, None, None, None, None, None, False, *analysis)
+                None, None, None, None, None, None, False, *analysis, at)
     return (session_pk, seq, kind, entry_id, parent_id, entry_type, role, target_id, timestamp, line, raw, eol,
             cols.parent_seq, cols.depth, cols.run_start, cols.compaction_seq, cols.thinking_seq, cols.model_seq,
-            cols.superseded, *analysis)
+            cols.superseded, *analysis, at)
 
 
+ROW_PARAMETERS = len(ROW_COLUMNS) + 1  # an entry_values tuple: the columns, then the text's path
 INSERT_ROW = f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
+
+
+def _sqlite_insert() -> str:
+    """SQLite (migration 0010): the row, its text left out of ``search_text`` where SQLite reads
+    exactly that text at the proposed path of its line (``facts`` then says where: ``textAt``,
+    ``textChars``; ``store.analysis.fts.ROW_TEXT`` reads it back). One comparison per proposed
+    row, no work for the others."""
+    p = {c: f"?{i}" for i, c in enumerate(ROW_COLUMNS, 1)}
+    at, line, body, facts = f"?{ROW_PARAMETERS}", p["line"], p["search_text"], p["facts"]
+    p["search_text"] = (f"CASE WHEN {at} IS NULL THEN {body} WHEN NOT json_valid({line}) THEN {body} "
+                        f"WHEN json_extract({line}, {at}) = {body} THEN '' ELSE {body} END")
+    p["facts"] = (f"CASE WHEN {at} IS NULL THEN {facts} "
+                  f"ELSE json_set({facts}, '$.textAt', {at}, '$.textChars', length({body})) END")
+    return f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join(p.values())})"
+
+
+INSERT_ROW_SQLITE = _sqlite_insert()
+
+
+def insert_sql(dialect: Dialect) -> str:
+    """The statement inserting one ``entry_values`` tuple, in ``dialect``'s paramstyle (on
+    PostgreSQL without the path: see :func:`without_path`)."""
+    return INSERT_ROW_SQLITE if dialect.name == "sqlite" else dbapi_sql(dialect, INSERT_ROW)
+
+
+def without_path(rows: list[tuple]) -> list[tuple]:
+    """``entry_values`` tuples as PostgreSQL's statements take them: the columns alone."""
+    return [row[:-1] for row in rows]
 
 
 def dbapi_sql(dialect: Dialect, sql: str) -> str:
@@ -74,9 +108,9 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
         elif rows:
             with cursor.copy(COPY_ROWS) as copy:
                 for row in rows:
-                    copy.write_row(row)
+                    copy.write_row(row[:-1])
     else:
-        sql = dbapi_sql(conn.dialect, INSERT_ROW)
+        sql = insert_sql(conn.dialect)
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
     pairs.pair_inserted(cursor, conn.dialect, rows)
@@ -86,7 +120,7 @@ async def _copy_async(driver: Any, rows: list[tuple]) -> None:
     """``COPY`` of ``rows`` on a psycopg ``AsyncConnection`` (inside its open transaction)."""
     async with driver.cursor() as cursor, cursor.copy(COPY_ROWS) as copy:
         for row in rows:
-            await copy.write_row(row)
+            await copy.write_row(row[:-1])
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:
