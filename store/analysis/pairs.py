@@ -21,7 +21,7 @@ pairs the session again; :func:`rebuild` does every session (migration 0006,
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -55,23 +55,31 @@ def _positions() -> tuple[int, ...]:
                  ("session_pk", "seq", "kind", "type", "role", "timestamp", "facts", "search_text"))
 
 
-def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
-    """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
-    ``seq`` order per session) with each other and with the stored unanswered calls."""
+def _calls_and_answers(rows: Sequence[tuple]) -> Iterator[tuple[bool, tuple]]:
+    """The tool calls (``True``, ``_INSERT`` parameters) and results (``False``, ``_ANSWER``
+    parameters) among ``rows`` (``ROW_COLUMNS`` tuples), in row order."""
     spk_at, seq_at, kind_at, type_at, role_at, ts_at, facts_at, text_at = _positions()
-    calls: list[tuple] = []
-    answers: list[tuple] = []
     for row in rows:
         if row[type_at] != "message" or row[kind_at] != "entry":
             continue
         role = row[role_at]
         if role == "assistant":
             if '"toolCalls"' in row[facts_at]:
-                calls.extend(_calls(row[spk_at], row[seq_at], row[ts_at], row[facts_at]))
+                for call in _calls(row[spk_at], row[seq_at], row[ts_at], row[facts_at]):
+                    yield True, call
         elif role == "toolResult":
             answer = _answer(row[spk_at], row[seq_at], row[ts_at], row[facts_at], len(row[text_at]))
             if answer is not None:
-                answers.append(answer)
+                yield False, answer
+
+
+def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
+    """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
+    ``seq`` order per session) with each other and with the stored unanswered calls."""
+    calls: list[tuple] = []
+    answers: list[tuple] = []
+    for is_call, values in _calls_and_answers(rows):
+        (calls if is_call else answers).append(values)
     _write(cursor, dialect, calls, answers)
 
 
@@ -88,26 +96,18 @@ class SessionPairing:
     def add(self, rows: Sequence[tuple]) -> None:
         """Pair the calls and results among ``rows`` (``ROW_COLUMNS`` tuples, the session's next
         rows in ``seq`` order) with each other and with the earlier rows' unanswered calls."""
-        spk_at, seq_at, kind_at, type_at, role_at, ts_at, facts_at, text_at = _positions()
-        for row in rows:
-            if row[type_at] != "message" or row[kind_at] != "entry":
-                continue
-            role = row[role_at]
-            if role == "assistant":
-                if '"toolCalls"' in row[facts_at]:
-                    for call in _calls(row[spk_at], row[seq_at], row[ts_at], row[facts_at]):
-                        pair = [*call, None, None, None, None]
-                        self._pairs.append(pair)
-                        if call[3] is not None:  # SQL's tool_call_id = ? never matches NULL
-                            self._open.setdefault(call[3], []).append(pair)
-            elif role == "toolResult":
-                answer = _answer(row[spk_at], row[seq_at], row[ts_at], row[facts_at], len(row[text_at]))
-                if answer is not None and (waiting := self._open.pop(answer[5], None)):
-                    result_seq, is_error, chars, result_ms = answer[:4]
-                    for pair in waiting:  # every waiting call was written before this result
-                        call_ms = pair[5]
-                        pair[6:] = [result_seq, is_error, chars,
-                                    None if result_ms is None or call_ms is None else result_ms - call_ms]
+        for is_call, values in _calls_and_answers(rows):
+            if is_call:
+                pair = [*values, None, None, None, None]
+                self._pairs.append(pair)
+                if values[3] is not None:  # SQL's tool_call_id = ? never matches NULL
+                    self._open.setdefault(values[3], []).append(pair)
+            elif waiting := self._open.pop(values[5], None):
+                result_seq, is_error, chars, result_ms = values[:4]
+                for pair in waiting:  # every waiting call was written before this result
+                    call_ms = pair[5]
+                    pair[6:] = [result_seq, is_error, chars,
+                                None if result_ms is None or call_ms is None else result_ms - call_ms]
 
     def copy(self, cursor: Any) -> None:
         """Write the pairs (a psycopg cursor inside the rows' transaction, after the rows)."""
