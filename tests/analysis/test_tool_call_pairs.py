@@ -17,6 +17,7 @@ from store.format.jsdate import js_iso
 from store.retention import RetentionPolicy, parse_duration
 from store.session_store import SessionStore
 from tests.analysis.conftest import History
+from tests.oracle_support import CORPUS_DIR
 
 # migration 0003's tool_calls view, as a query (the current path view is unchanged)
 _REFERENCE = """
@@ -85,7 +86,8 @@ def assert_same_as_reference(store: SessionStore) -> int:
 
 
 def test_pairs_equal_the_query_time_view_on_fixtures_and_corpus(history: History) -> None:
-    assert assert_same_as_reference(history.store) > 1000
+    calls = assert_same_as_reference(history.store)
+    assert calls > (1000 if any(CORPUS_DIR.glob("*.jsonl")) else 500)  # the committed fixtures alone hold 688
 
 
 def test_rebuild_gives_what_writes_kept(history: History) -> None:
