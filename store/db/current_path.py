@@ -22,39 +22,33 @@ Deleting a session deletes its rows (``ON DELETE CASCADE`` from ``sessions``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import Connection, Dialect
 
-from store.db.writes import dbapi_sql
+from store.db import queries
 
-_DELETE = "DELETE FROM path_runs WHERE session_pk = ?"
-# the walk of store.db.queries, from the leaf's run to the root; the leaf's run is left open
-_INSERT = """
-INSERT INTO path_runs (session_pk, first_seq, last_seq)
-WITH RECURSIVE walk(first_seq, last_seq) AS (
-    SELECT e.run_start, CAST(NULL AS INTEGER)
-    FROM sessions AS s
-    CROSS JOIN entries AS e
-    WHERE s.pk = ? AND e.session_pk = s.pk AND e.seq = s.leaf_seq AND e.run_start IS NOT NULL
-  UNION ALL
-    SELECT p.run_start, p.seq
-    FROM walk AS w
-    CROSS JOIN entries AS h
-    CROSS JOIN entries AS p
-    WHERE h.session_pk = ? AND h.seq = w.first_seq
-      AND p.session_pk = ? AND p.seq = h.parent_seq
-      AND p.depth < h.depth
+_DELETE = "DELETE FROM path_runs WHERE session_pk = :spk"
+# store.db.queries' walk from the session's leaf row to the root, the leaf's run (step 0) left open
+_INSERT = (
+    "INSERT INTO path_runs (session_pk, first_seq, last_seq) "
+    + queries.RUNS_WALK.replace(":leaf", "(SELECT leaf_seq FROM sessions WHERE pk = :spk)")
+    + "SELECT :spk, run_start, CASE WHEN step = 0 THEN NULL ELSE run_end END FROM walk"
 )
-SELECT ?, first_seq, last_seq FROM walk
-"""
+
+
+def _named(dialect: Dialect, sql: str) -> str:
+    """``sql`` written with ``:name`` parameters in the paramstyle of ``dialect``'s driver
+    (SQLite's driver takes ``:name`` as it is; psycopg ``%(name)s``)."""
+    return sql if dialect.paramstyle in ("qmark", "named") else re.sub(r":(\w+)", r"%(\1)s", sql)
 
 
 def refresh(cursor: Any, dialect: Dialect, session_pk: int) -> None:
     """Rewrite the ``path_runs`` rows of one session from its stored rows and ``leaf_seq``, on a
     DBAPI cursor of the writing transaction."""
-    cursor.execute(dbapi_sql(dialect, _DELETE), (session_pk,))
-    cursor.execute(dbapi_sql(dialect, _INSERT), (session_pk, session_pk, session_pk, session_pk))
+    cursor.execute(_named(dialect, _DELETE), {"spk": session_pk})
+    cursor.execute(_named(dialect, _INSERT), {"spk": session_pk})
 
 
 def refresh_on(conn: Connection, session_pk: int) -> None:

@@ -18,7 +18,7 @@ from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
 from store.errors import SessionNotFound
 
-_RUNS = """
+RUNS_WALK = """
 WITH RECURSIVE walk(step, run_start, run_end) AS (
     SELECT 0, e.run_start, e.seq
     FROM entries AS e
@@ -34,7 +34,7 @@ WITH RECURSIVE walk(step, run_start, run_end) AS (
 )
 """
 
-PATH_RUNS = text(_RUNS + "SELECT run_start, run_end FROM walk ORDER BY step DESC")
+PATH_RUNS = text(RUNS_WALK + "SELECT run_start, run_end FROM walk ORDER BY step DESC")
 
 
 def path_runs(conn: Connection, session_pk: int, leaf_seq: int | None) -> list[tuple[int, int]]:
@@ -58,7 +58,7 @@ def path_rows(conn: Connection, session_pk: int, leaf_seq: int | None, *columns:
         return []
     cols = ", ".join(f"e.{c}" for c in columns)
     stmt = text(
-        _RUNS + f"SELECT {cols} FROM walk AS w CROSS JOIN entries AS e "
+        RUNS_WALK + f"SELECT {cols} FROM walk AS w CROSS JOIN entries AS e "
         "WHERE e.session_pk = :spk AND e.seq BETWEEN w.run_start AND w.run_end "
         "ORDER BY w.step DESC, e.seq"
     )
