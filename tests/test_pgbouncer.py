@@ -142,7 +142,7 @@ def test_settings_hold_in_every_transaction(bouncer: Bouncer, monkeypatch: pytes
             locking.execute(text("SET LOCAL idle_in_transaction_session_timeout = '10s'"))
             locking.execute(text("SELECT 1 FROM sessions WHERE session_id = :s FOR UPDATE"), {"s": sm.get_session_id()})
             started = time.monotonic()
-            with pytest.raises(Exception, match="lock timeout"):
+            with pytest.raises(OperationalError, match="lock timeout"):
                 sm.append_message({"role": "user", "content": "waits 1 s for the row lock, then gives up"})
             assert time.monotonic() - started < 10
         holder.dispose()

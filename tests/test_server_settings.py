@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from store.aio import AsyncSessionStore
 from store.db.engine import BadSetting, make_engine
@@ -185,8 +186,9 @@ def test_a_single_append_behind_a_pooler_sets_its_timeouts(pg_url: str, monkeypa
         release = threading.Timer(6, holder.rollback)
         release.start()
         try:
-            with pytest.raises(psycopg.errors.LockNotAvailable):
+            with pytest.raises(OperationalError, match="lock timeout") as raised:  # as SQLAlchemy's own
                 sm.append_message(MESSAGE)
+            assert isinstance(raised.value.orig, psycopg.errors.LockNotAvailable)
         finally:
             release.join()
             holder.close()

@@ -411,7 +411,11 @@ def driver_write_transaction(engine: Engine, begin: Callable[[Any, str], T]) -> 
     written, so it is discarded and the transaction starts again on a pinged connection. A
     connection that dies later fails the append as it is (its commit may have been applied).
     """
-    pooled, value = _begun(engine, begin, unchecked=True)
+    error = engine.dialect.loaded_dbapi.Error
+    try:
+        pooled, value = _begun(engine, begin, unchecked=True)
+    except error as exc:
+        raise driver_error(engine, exc) from exc
     try:
         try:
             yield value
@@ -419,8 +423,18 @@ def driver_write_transaction(engine: Engine, begin: Callable[[Any, str], T]) -> 
             pooled.rollback()
             raise
         pooled.commit()
+    except error as exc:  # the block's statements go to the driver: its errors, as SQLAlchemy's
+        raise driver_error(engine, exc) from exc
     finally:
         _give_back(engine, pooled)
+
+
+def driver_error(engine: Engine, error: Exception, statement: str | None = None) -> DBAPIError:
+    """A driver's error of a statement sent past SQLAlchemy (:func:`driver_write_transaction`,
+    ``BEGIN IMMEDIATE``) as SQLAlchemy raises it for its own statements: its class
+    (``OperationalError`` for a lock timeout, say) and, for a fault, the one-line summary."""
+    return summarise(engine, DBAPIError.instance(statement, (), error, engine.dialect.loaded_dbapi.Error,
+                                                 dialect=engine.dialect))
 
 
 def _begun(engine: Engine, begin: Callable[[Any, str], T], *, unchecked: bool) -> tuple[Any, T]:
@@ -474,8 +488,7 @@ def _begin_immediate(engine: Engine, driver: Any) -> None:
     try:
         driver.execute("BEGIN IMMEDIATE")
     except engine.dialect.loaded_dbapi.Error as exc:
-        raise summarise(engine, DBAPIError.instance("BEGIN IMMEDIATE", (), exc, engine.dialect.loaded_dbapi.Error,
-                                                    dialect=engine.dialect)) from exc
+        raise driver_error(engine, exc, "BEGIN IMMEDIATE") from exc
 
 
 @contextmanager
