@@ -68,6 +68,7 @@ class _Batch:
     name: tuple[str | None] | None = None
     conversation: bool = False
     leaf_run_start: int = 0  # run_start of the last appended row (store.db.current_path)
+    turns: current_path.PathTurns = field(default_factory=current_path.PathTurns)  # what the rows add to
 
 
 def _is_conversation(entry: dict) -> bool:
@@ -233,9 +234,16 @@ class SessionManager:
 
     def _refresh_path(self, batch: _Batch) -> None:
         """Rewrite the session's ``path_runs`` after the session row has its new leaf, only when
-        the leaf's run changed (``store.db.current_path``): a linear append writes nothing."""
-        if current_path.moved_run(batch.last_seq - batch.rows + 1, batch.leaf_run_start):
+        the leaf's run changed (``store.db.current_path``); a linear append only adds its
+        messages to the path's turns."""
+        if self._moved_run(batch):
             batch.cursor.refresh_path(self._spk)
+        else:
+            batch.cursor.extend_path(self._spk, batch.turns)
+
+    @staticmethod
+    def _moved_run(batch: _Batch) -> bool:
+        return current_path.moved_run(batch.last_seq - batch.rows + 1, batch.leaf_run_start)
 
     def _write(self, batch: _Batch) -> bool:
         """Send the batch's unwritten rows and its listing changes (inside its transaction);
@@ -273,8 +281,10 @@ class SessionManager:
                 timestamp = self._now()
                 batch = _Batch(None, cursor, last_seq=last_seq)
                 entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
-                if cursor.insert_new(batch.unwritten.pop(), self._changes(batch)):
-                    self._refresh_path(batch)
+                moved = self._moved_run(batch)
+                if cursor.insert_new(batch.unwritten.pop(), self._changes(batch), None if moved else batch.turns):
+                    if moved:
+                        cursor.refresh_path(self._spk)
                 else:
                     self._leaf, self._leaf_id = base
                     batch = _Batch(None, cursor, last_seq=last_seq)
@@ -310,7 +320,9 @@ class SessionManager:
             raise InvalidEntry(f"the {entry.get('type')} entry cannot be written as JSON: {exc}") from exc
         seq = batch.last_seq + 1
         cols = derive_child(seq, entry["id"], entry, parent_cols)
-        batch.unwritten.append(entry_values(self._spk, seq, "entry", entry, line, cols))
+        row = entry_values(self._spk, seq, "entry", entry, line, cols)
+        batch.unwritten.append(row)
+        batch.turns.add_rows((row,))
         batch.last_seq, batch.rows, batch.leaf_run_start = seq, batch.rows + 1, cols.run_start
         batch.listing.add(entry)
         if entry["type"] == "session_info":

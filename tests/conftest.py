@@ -135,8 +135,8 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
         pytest.skip(_pg_state["skip"])
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS path_runs, tool_call_pairs, imports, session_ids, entries, sessions, "
-                          "alembic_version CASCADE"))
+        conn.execute(text("DROP TABLE IF EXISTS usage_days, path_turns, path_runs, tool_call_pairs, imports, "
+                          "session_ids, entries, sessions, alembic_version CASCADE"))
     engine.dispose()
     yield url
 

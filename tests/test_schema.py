@@ -133,3 +133,29 @@ def test_current_path_migration_with_data(db_url: str) -> None:
             assert conn.execute(query).all() == kept
             assert conn.execute(flags).all() == on_path
             assert conn.execute(text("SELECT count(*) FROM path_runs")).scalar_one() == runs
+
+
+def test_kept_totals_migration_with_data(db_url: str) -> None:
+    """0011 fills ``usage_days``, ``tool_call_pairs.path`` and the off-path totals from the stored
+    rows — the same figures the writes keep — and takes them away again."""
+    totals = text("SELECT session_pk, day, provider, model, calls, input, output, cache_read, cache_write, "
+                  "round(cost * 1e9) FROM usage_days ORDER BY session_pk, day, provider, model")
+    paths = text("SELECT session_pk, call_seq, call_index, path FROM tool_call_pairs "
+                 "ORDER BY session_pk, call_seq, call_index")
+    off_path = text("SELECT pk, off_path_messages, round(off_path_cost * 1e9) FROM sessions ORDER BY pk")
+    with SessionStore.connect(db_url) as store:
+        for path in sorted((FIXTURES / "sessions").glob("*.jsonl")):
+            try:
+                store.import_file(path)
+            except StoreError:  # files sharing a session id: the first one stays
+                continue
+        with read_transaction(store.engine) as conn:
+            kept = [conn.execute(query).all() for query in (totals, paths, off_path)]
+        assert len(kept[0]) > 50 and any(row.path for row in kept[1]) and any(row[1] for row in kept[2])
+        config = alembic_config(store.engine)
+        command.downgrade(config, "0010")
+        assert "usage_days" not in inspect(store.engine).get_table_names()
+        assert "path" not in {c["name"] for c in inspect(store.engine).get_columns("tool_call_pairs")}
+        command.upgrade(config, "head")
+        with read_transaction(store.engine) as conn:
+            assert [conn.execute(query).all() for query in (totals, paths, off_path)] == kept

@@ -328,7 +328,7 @@ def upgrade() -> None:
         op.execute(statement)
     # the columns of this revision, computed for the stored rows before the indexes over them
     # exist (one index build instead of an index update per row)
-    recompute_analysis(op.get_bind(), [name for name, _type, _default in ENTRY_COLUMNS], tool_calls=False)
+    recompute_analysis(op.get_bind(), [name for name, _type, _default in ENTRY_COLUMNS], tool_calls=False, usage=False)
     op.create_index("ix_entries_usage", "entries", list(USAGE_INDEX),
                     sqlite_where=sa.text("has_usage = 1"), postgresql_where=sa.text("has_usage = 1"))
     if dialect != "sqlite":

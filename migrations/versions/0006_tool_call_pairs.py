@@ -102,7 +102,7 @@ def upgrade() -> None:
     op.execute("DROP VIEW branches")
     op.execute(TOOL_CALLS.format(arguments=SQLITE_ARGUMENTS if sqlite else PG_ARGUMENTS))
     op.execute(BRANCHES)
-    pairs.rebuild(op.get_bind())
+    pairs.rebuild(op.get_bind(), paths=False)
     op.create_index("ix_tool_call_pairs_open", "tool_call_pairs", ["session_pk", "tool_call_id"],
                     sqlite_where=sa.text("result_seq IS NULL"), postgresql_where=sa.text("result_seq IS NULL"))
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from store.analysis import fts, pairs
+from store.analysis import fts, pairs, usage_days
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
+from store.db import current_path
 from store.db.engine import is_sqlite
 from store.db.writes import dbapi_sql
 from store.format import JsonLineError, js_parse
@@ -21,11 +22,12 @@ BATCH = 2000
 _SELECT = "SELECT pk, line FROM entries WHERE kind = 'entry' AND pk > ? ORDER BY pk LIMIT ?"
 
 
-def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS, *, tool_calls: bool = True) -> int:
-    """Recompute every entry's analysis columns, the search index and (``tool_calls``) the
-    tool-call pairs; returns the number of entry rows. ``columns`` / ``tool_calls``: what to
-    write (a migration names what exists at its revision, so that what later revisions add does
-    not break its upgrade)."""
+def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS, *, tool_calls: bool = True,
+                       usage: bool = True) -> int:
+    """Recompute every entry's analysis columns, the search index, (``tool_calls``) the
+    tool-call pairs and (``usage``) the usage totals per day; returns the number of entry rows.
+    ``columns`` / ``tool_calls`` / ``usage``: what to write (a migration names what exists at its
+    revision, so that what later revisions add does not break its upgrade)."""
     fts.clear(conn)  # SQLite: nothing is indexed while the text changes (no per-row index work)
     cursor = conn.connection.dbapi_connection.cursor()
     positions = [ANALYSIS_COLUMNS.index(column) for column in columns]
@@ -45,6 +47,9 @@ def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUM
     fts.catch_up(conn)
     if tool_calls:
         pairs.rebuild(conn)
+    if usage:  # (revision 0011's totals)
+        usage_days.rebuild(conn)
+        current_path.recount(conn)
     return count
 
 

@@ -30,8 +30,10 @@ from sqlalchemy import Connection, Dialect
 from store.db import writes
 from store.format.jsdate import parse_js_date
 
-_INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, call_ms) "
-           "VALUES (?, ?, ?, ?, ?, ?)")
+_INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, call_ms, path) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT_0006 = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_call_id, name, call_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?)")  # before revision 0011's ``path``
 # a result answers the session's unanswered calls with its id written before it; given in seq
 # order, each call gets the first result after it. ``call_seq + 0``: without statistics SQLite
 # would range-scan the primary key (every earlier call of the session, quadratic over an import:
@@ -39,8 +41,8 @@ _INSERT = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, tool_
 _ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, "
            "duration_ms = CAST(? AS BIGINT) - call_ms "
            "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq + 0 < ?")
-_PAIR_COLUMNS = ("session_pk", "call_seq", "call_index", "tool_call_id", "name", "call_ms", "result_seq", "is_error",
-                 "result_chars", "duration_ms")
+_PAIR_COLUMNS = ("session_pk", "call_seq", "call_index", "tool_call_id", "name", "call_ms", "path", "result_seq",
+                 "is_error", "result_chars", "duration_ms")
 _COPY_PAIRS = f"COPY tool_call_pairs ({', '.join(_PAIR_COLUMNS)}) FROM STDIN"
 _SESSION_ROWS = ("SELECT seq, role, timestamp, facts, length(search_text) FROM entries "
                  "WHERE session_pk = ? AND kind = 'entry' AND type = 'message' "
@@ -106,7 +108,7 @@ class SessionPairing:
                 result_seq, is_error, chars, result_ms = values[:4]
                 for pair in waiting:  # every waiting call was written before this result
                     call_ms = pair[5]
-                    pair[6:] = [result_seq, is_error, chars,
+                    pair[7:] = [result_seq, is_error, chars,
                                 None if result_ms is None or call_ms is None else result_ms - call_ms]
 
     def copy(self, cursor: Any) -> None:
@@ -118,8 +120,9 @@ class SessionPairing:
         self._pairs, self._open = [], {}
 
 
-def rebuild_session(conn: Connection, session_pk: int) -> None:
-    """Pair one session's calls and results again from its rows (inside the caller's transaction)."""
+def rebuild_session(conn: Connection, session_pk: int, *, paths: bool = True) -> None:
+    """Pair one session's calls and results again from its rows (inside the caller's transaction;
+    ``paths``: the table has revision 0011's ``path``)."""
     cursor = conn.connection.dbapi_connection.cursor()
     cursor.execute(writes.dbapi_sql(conn.dialect, "DELETE FROM tool_call_pairs WHERE session_pk = ?"),
                    (session_pk,))
@@ -131,21 +134,23 @@ def rebuild_session(conn: Connection, session_pk: int) -> None:
             calls.extend(_calls(session_pk, seq, timestamp, facts))
         elif (answer := _answer(session_pk, seq, timestamp, facts, chars)) is not None:
             answers.append(answer)
-    _write(cursor, conn.dialect, calls, answers)
+    if not paths:
+        calls = [call[:-1] for call in calls]
+    _write(cursor, conn.dialect, calls, answers, _INSERT if paths else _INSERT_0006)
 
 
-def rebuild(conn: Connection) -> int:
+def rebuild(conn: Connection, *, paths: bool = True) -> int:
     """Pair every session again (inside the caller's transaction); returns the number of calls."""
     conn.exec_driver_sql("DELETE FROM tool_call_pairs")
     for (session_pk,) in conn.exec_driver_sql("SELECT pk FROM sessions ORDER BY pk").all():
-        rebuild_session(conn, session_pk)
+        rebuild_session(conn, session_pk, paths=paths)
     return conn.exec_driver_sql("SELECT count(*) FROM tool_call_pairs").scalar_one()
 
 
-def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple]) -> None:
+def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple], insert: str = _INSERT) -> None:
     """Insert the calls unanswered, then let the results (in seq order) answer them."""
     if calls:
-        cursor.executemany(writes.dbapi_sql(dialect, _INSERT), calls)
+        cursor.executemany(writes.dbapi_sql(dialect, insert), calls)
     if answers:
         cursor.executemany(writes.dbapi_sql(dialect, _ANSWER), answers)
 
@@ -159,7 +164,9 @@ def _calls(session_pk: int, seq: int, timestamp: str | None, facts: str | dict) 
     """``_INSERT`` parameters of a message's tool calls."""
     ms = _ms(timestamp)
     for index, call in enumerate(_facts(facts).get("toolCalls", ())):
-        yield session_pk, seq, index, call.get("id"), call.get("name"), ms
+        arguments = call.get("arguments")
+        path = arguments.get("path") if arguments.__class__ is dict else None
+        yield session_pk, seq, index, call.get("id"), call.get("name"), ms, path if path.__class__ is str else None
 
 
 def _answer(session_pk: int, seq: int, timestamp: str | None, facts: str | dict, text_chars: int) -> tuple | None:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Dialect
 from sqlalchemy.util import await_only
 
+from store.analysis import usage_days
 from store.analysis.pairs import pair_inserted
 from store.db import current_path
 from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, without_path
@@ -48,7 +49,21 @@ WHERE pk = ?"""
 # session's lock) and, when it inserted, the session update
 _INSERT_NEW = (f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) SELECT {', '.join('?' for _ in ROW_COLUMNS)} "
                "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ?)")
-_INSERT_NEW_AND_ADVANCE = f"WITH new AS ({_INSERT_NEW} RETURNING 1) {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
+# ... and, in the same round trip, what the row adds to its day's usage (store.analysis.usage_days) and
+# to the path's turns (a linear append: store.db.current_path), when it adds anything
+_ADD_DAY = usage_days.ADD.replace(" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                  " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM new")
+
+
+def _insert_new_sql(with_day: bool, turn: str | None) -> str:
+    """The single statement: the row (``new``), its day's usage, its turn (``turn``: one of
+    ``current_path``'s statements, which then only adds when the row was inserted), the session."""
+    parts = [f"new AS ({_INSERT_NEW} RETURNING 1)"]
+    if with_day:
+        parts.append(f"usage_day AS ({_ADD_DAY})")
+    if turn is not None:
+        parts.append(f"path_turn AS ({turn.replace(' AS last WHERE true', ' AS last CROSS JOIN new WHERE true')})")
+    return f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
 
 
 class LockedSession(NamedTuple):
@@ -75,7 +90,7 @@ class AppendCursor:
         self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
         self._one_statement = dialect.name == "postgresql"
-        self._insert_new = dbapi_sql(dialect, _INSERT_NEW_AND_ADVANCE)
+        self._insert_new: dict[tuple[bool, str | None], str] = {}  # _insert_new_sql's, as used
 
     @classmethod
     def on(cls, conn: Connection) -> AppendCursor:
@@ -105,18 +120,30 @@ class AppendCursor:
         return {row[0] for row in self._cursor.fetchall()}
 
     def insert(self, rows: list[tuple]) -> None:
-        """Insert ``entry_values`` tuples (and pair their tool calls)."""
+        """Insert ``entry_values`` tuples (pair their tool calls, add up their usage)."""
         if rows:
             self._cursor.executemany(self._insert, rows if self._dialect.name == "sqlite" else without_path(rows))
             pair_inserted(self._cursor, self._dialect, rows)
+            usage_days.add_inserted(self._cursor, self._dialect, rows)
 
-    def insert_new(self, row: tuple, changes: tuple) -> bool:
-        """Insert one entry's row (an ``entry_values`` tuple), pair its tool call or result, and
-        apply ``changes`` (:func:`session_changes`) to the session row — unless the entry's id is
-        already one of the session's: then nothing is written and the answer is False."""
+    def insert_new(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None) -> bool:
+        """Insert one entry's row (an ``entry_values`` tuple), pair its tool call or result, add
+        up its usage, add it to the path's turns (``turns``: the row's, when it lengthens the
+        path; else the caller refreshes the path) and apply ``changes`` (:func:`session_changes`)
+        to the session row — unless the entry's id is already one of the session's: then nothing
+        is written and the answer is False."""
         spk, entry_id = row[0], row[3]
         if self._one_statement:
-            self._cursor.execute(self._insert_new, (*without_path([row])[0], spk, entry_id, *changes))
+            day = usage_days.DayTotals()
+            day.add([row])
+            day_totals = day.parameters(self._dialect)
+            (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
+            key = (bool(day_totals), turn)
+            sql = self._insert_new.get(key)
+            if sql is None:
+                sql = self._insert_new[key] = dbapi_sql(self._dialect, _insert_new_sql(*key))
+            self._cursor.execute(sql, (*without_path([row])[0], spk, entry_id, *(day_totals[0] if day_totals else ()),
+                                       *turn_parameters, *changes))
             if self._cursor.rowcount != 1:
                 return False
         else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside
@@ -124,13 +151,21 @@ class AppendCursor:
                 return False
             self._cursor.execute(self._insert, row)
             self._cursor.execute(self._advance, changes)
+            usage_days.add_inserted(self._cursor, self._dialect, [row])
+            if turns is not None:
+                current_path.extend(self._cursor, self._dialect, spk, turns)
         pair_inserted(self._cursor, self._dialect, [row])
         return True
 
     def refresh_path(self, session_pk: int) -> None:
-        """Rewrite the session's ``path_runs`` (after ``advance``: it reads the new leaf); only
-        when the leaf's run changed (``store.db.current_path.moved_run``)."""
+        """Rewrite the session's ``path_runs`` and what is kept of its path (after ``advance``:
+        it reads the new leaf); only when the leaf's run changed
+        (``store.db.current_path.moved_run``)."""
         current_path.refresh(self._cursor, self._dialect, session_pk)
+
+    def extend_path(self, session_pk: int, turns: current_path.PathTurns) -> None:
+        """Add rows appended along the path to its turns (the leaf's run did not change)."""
+        current_path.extend(self._cursor, self._dialect, session_pk, turns)
 
     def advance(self, session_pk: int, *, last_seq: int, leaf_seq: int | None, entries: int, messages: int,
                 activity_ms: float | None, first_message: str | None, name: tuple[str | None] | None,

@@ -18,18 +18,56 @@ writers call it after the session row has its new ``leaf_seq``:
 * ``store.retention`` after a prune renumbers the kept rows.
 
 Deleting a session deletes its rows (``ON DELETE CASCADE`` from ``sessions``).
+
+The same moments count the session's messages that are off its path and their cost
+(``sessions.off_path_messages`` / ``off_path_cost``) and add up the path's turns
+(``path_turns``; both migration 0011, read by docs/sql.md's "Work left on abandoned branches" and
+"The longest turns"). A linear append only lengthens the path: the off-path totals stay as they
+are and its messages are added to the last turn or start new ones (:func:`extend`, or folded into
+the single append's statement on PostgreSQL: ``store.db.appends``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Dialect
 
-from store.db import queries
+from store.db import queries, writes
 
 _DELETE = "DELETE FROM path_runs WHERE session_pk = :spk"
+# the messages off the path and their cost (``sessions.off_path_*``, migration 0011): what the
+# ``messages`` view gives ``on_path = 0``, counted when the path changes
+_COUNT_OFF_PATH = """UPDATE sessions SET (off_path_messages, off_path_cost) = (
+    SELECT count(*), coalesce(sum(e.usage_cost), 0)
+    FROM entries AS e
+    WHERE e.session_pk = sessions.pk AND e.kind = 'entry' AND e.type = 'message'
+      AND NOT EXISTS (SELECT 1 FROM path_runs AS r WHERE r.session_pk = e.session_pk AND r.first_seq <= e.seq
+                      AND e.seq <= coalesce(r.last_seq, sessions.leaf_seq))
+)"""
+# the message rows of the session's path, in order (the turns are added up from them)
+_PATH_MESSAGES = """SELECT e.seq, e.role, e.usage_output, e.usage_cost
+FROM path_runs AS r
+JOIN sessions AS s ON s.pk = r.session_pk
+JOIN entries AS e ON e.session_pk = r.session_pk AND e.seq >= r.first_seq AND e.seq <= coalesce(r.last_seq, s.leaf_seq)
+WHERE r.session_pk = :spk AND e.kind = 'entry' AND e.type = 'message'
+ORDER BY e.seq"""
+_DELETE_TURNS = "DELETE FROM path_turns WHERE session_pk = :spk"
+_INSERT_TURN = ("INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
+                "VALUES (?, ?, ?, ?, ?, ?)")
+# a linear append's rows, added to the path's last turn, or starting the next one (a user
+# message); ``FROM last`` is the path's last turn, 0 when it has none
+_LAST_TURN = "FROM (SELECT coalesce(max(turn), 0) AS turn FROM path_turns WHERE session_pk = ?) AS last"
+ADD_TO_LAST_TURN = (
+    "INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
+    f"SELECT ?, last.turn, NULL, ?, ?, ? {_LAST_TURN} WHERE true "
+    "ON CONFLICT (session_pk, turn) DO UPDATE SET steps = path_turns.steps + excluded.steps, "
+    "output_tokens = path_turns.output_tokens + excluded.output_tokens, cost = path_turns.cost + excluded.cost")
+START_TURN = ("INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
+              f"SELECT ?, last.turn + 1, ?, ?, ?, ? {_LAST_TURN} WHERE true")
 # store.db.queries' walk from the session's leaf row to the root, the leaf's run (step 0) left open
 _INSERT = (
     "INSERT INTO path_runs (session_pk, first_seq, last_seq) "
@@ -44,11 +82,87 @@ def _named(dialect: Dialect, sql: str) -> str:
     return sql if dialect.paramstyle in ("qmark", "named") else re.sub(r":(\w+)", r"%(\1)s", sql)
 
 
+class PathTurns:
+    """The path's message rows as turns: a turn starts at a user message (the ones before the
+    first user message are turn 0); ``steps`` counts its assistant messages, ``output_tokens``
+    and ``cost`` add up its messages' usage — what docs/sql.md's "longest turns" query computes
+    with a window over ``messages WHERE on_path = 1``. Fed rows in ``seq`` order."""
+
+    def __init__(self) -> None:
+        self.turns: list[list] = []  # [starts with a user message, prompt_seq, steps, output, cost]
+
+    def add(self, seq: int, role: str | None, output: int, cost: float) -> None:
+        if role == "user" or not self.turns:
+            self.turns.append([role == "user", seq if role == "user" else None, 0, 0, 0.0])
+        turn = self.turns[-1]
+        turn[2] += role == "assistant"
+        turn[3] += output
+        turn[4] += cost
+
+    def add_rows(self, rows: Sequence[tuple]) -> None:
+        """Add the message rows among ``rows`` (``store.db.writes.ROW_COLUMNS`` tuples)."""
+        kind_at, type_at, seq_at, role_at, output_at, cost_at = _positions()
+        for row in rows:
+            if row[type_at] == "message" and row[kind_at] == "entry":
+                self.add(row[seq_at], row[role_at], row[output_at], row[cost_at])
+
+    def appended(self, dialect: Dialect, session_pk: int) -> list[tuple[str, tuple]]:
+        """The statements adding these turns to the path's stored ones (rows appended along it):
+        the first adds to the last stored turn unless it starts with a user message."""
+        statements = []
+        for starts, prompt_seq, steps, output, cost in self.turns:
+            totals = (steps, writes.bindable_total(dialect, output), cost)
+            if starts:
+                statements.append((START_TURN, (session_pk, prompt_seq, *totals, session_pk)))
+            else:
+                statements.append((ADD_TO_LAST_TURN, (session_pk, *totals, session_pk)))
+        return statements
+
+
+@functools.cache
+def _positions() -> tuple[int, ...]:
+    return tuple(writes.ROW_COLUMNS.index(name) for name in ("kind", "type", "seq", "role", "usage_output",
+                                                              "usage_cost"))
+
+
 def refresh(cursor: Any, dialect: Dialect, session_pk: int) -> None:
-    """Rewrite the ``path_runs`` rows of one session from its stored rows and ``leaf_seq``, on a
-    DBAPI cursor of the writing transaction."""
+    """Rewrite the ``path_runs`` rows of one session from its stored rows and ``leaf_seq``, its
+    turns, and count what is off the path, on a DBAPI cursor of the writing transaction."""
     cursor.execute(_named(dialect, _DELETE), {"spk": session_pk})
     cursor.execute(_named(dialect, _INSERT), {"spk": session_pk})
+    cursor.execute(_named(dialect, _COUNT_OFF_PATH + " WHERE pk = :spk"), {"spk": session_pk})
+    count_turns(cursor, dialect, session_pk)
+
+
+def count_turns(cursor: Any, dialect: Dialect, session_pk: int) -> None:
+    """Rewrite the session's ``path_turns`` from its path's messages (added up here, not by
+    SQL's ``sum()``, which SQLite makes fail past BIGINT's range)."""
+    cursor.execute(_named(dialect, _DELETE_TURNS), {"spk": session_pk})
+    cursor.execute(_named(dialect, _PATH_MESSAGES), {"spk": session_pk})
+    turns = PathTurns()
+    for seq, role, output, cost in cursor.fetchall():
+        turns.add(seq, role, output, cost)
+    if turns.turns:
+        first = 0 if not turns.turns[0][0] else 1  # turn 0: the messages before the first user message
+        cursor.executemany(writes.dbapi_sql(dialect, _INSERT_TURN), [
+            (session_pk, number, prompt_seq, steps, writes.bindable_total(dialect, output), cost)
+            for number, (_starts, prompt_seq, steps, output, cost) in enumerate(turns.turns, first)])
+
+
+def extend(cursor: Any, dialect: Dialect, session_pk: int, turns: PathTurns) -> None:
+    """Add the turns of rows appended along the path (a linear append: ``path_runs`` and the
+    off-path totals stay as they are)."""
+    for sql, parameters in turns.appended(dialect, session_pk):
+        cursor.execute(writes.dbapi_sql(dialect, sql), parameters)
+
+
+def recount(conn: Connection) -> None:
+    """Count what is off the path of every session, and its turns, again (after the rows' usage
+    was recomputed)."""
+    conn.exec_driver_sql(_COUNT_OFF_PATH)
+    cursor = conn.connection.dbapi_connection.cursor()
+    for (session_pk,) in conn.exec_driver_sql("SELECT pk FROM sessions ORDER BY pk").all():
+        count_turns(cursor, conn.dialect, session_pk)
 
 
 def refresh_on(conn: Connection, session_pk: int) -> None:

@@ -58,6 +58,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
     SmallInteger,
     String,
@@ -152,6 +153,9 @@ sessions = Table(
     Column("claim_expires_ms", BigInteger, doc="when another writer may take over"),
     Column("diverged_seq", Integer,
            doc="first row the store wrote to a session imported from a file (NULL: the file's history)"),
+    # what the current path leaves out (migration 0011, kept by store.db.current_path)
+    _required("off_path_messages", Integer, server_default="0", doc="message rows not on the current path"),
+    _required("off_path_cost", Double, server_default="0", doc="their cost.total, summed"),
     # no index on name: every append rewrites the row's listing columns, name among them (measured:
     # an index there costs a single append ~5 %); sorting 10k names for `list --sort name` takes ~6 ms
     Index(None, "cwd", "modified_ms"), Index(None, "modified_ms"), Index(None, "created_ms"),
@@ -205,6 +209,10 @@ entries = Table(
     Index("ix_entries_usage", "session_pk", "provider", "model", "usage_cost", "usage_input", "usage_output",
           "usage_cache_read", "usage_cache_write", sqlite_where=text("has_usage = 1"),
           postgresql_where=text("has_usage = 1")),
+    # the few messages that ended in a model error (``messages.stop_reason = 'error'``; migration 0011)
+    Index("ix_entries_model_errors", "session_pk",
+          sqlite_where=text("type = 'message' AND facts ->> 'stopReason' = 'error'"),
+          postgresql_where=text("type = 'message' AND facts ->> 'stopReason' = 'error'")),
     info={SQLITE_ROWID: "pk"},
 )
 
@@ -244,6 +252,7 @@ tool_call_pairs = Table(
     Column("tool_call_id", Text),
     Column("name", Text),
     Column("call_ms", BigInteger, doc="the call's timestamp, ms since the epoch"),
+    Column("path", Text, doc="the call's ``path`` argument, when it is a string (migration 0011)"),
     Column("result_seq", Integer, doc="seq of the answering toolResult message"),
     Column("is_error", Integer, doc="the result's isError (0/1), if it has one"),
     Column("result_chars", Integer, doc="length of the result's plain text"),
@@ -264,5 +273,42 @@ path_runs = Table(
     Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
     Column("first_seq", Integer, primary_key=True, doc="first row of the run"),
     Column("last_seq", Integer, doc="last row of the run; NULL: the leaf's run, through sessions.leaf_seq"),
+    sqlite_with_rowid=False,
+)
+
+# Token totals: a sum of BIGINT counts can pass BIGINT's range (PostgreSQL's sum() of a bigint is a
+# numeric for that reason, and so is the column; SQLite's integer arithmetic turns to REAL there).
+Tokens = BigInteger().with_variant(Numeric(), "postgresql")
+
+# The turns of each session's current path (migration 0011, kept by ``store.db.current_path``):
+# a turn starts at a user message (turn 0: the messages before the first one) and runs to the
+# next; what docs/sql.md's "longest turns" query reads instead of numbering every path message.
+path_turns = Table(
+    "path_turns", metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
+    Column("turn", Integer, primary_key=True, doc="user messages on the path up to this turn's"),
+    Column("prompt_seq", Integer, doc="the user message that starts the turn (NULL for turn 0)"),
+    _required("steps", Integer, doc="assistant messages"),
+    _required("output_tokens", Tokens, doc="their output tokens"),
+    _required("cost", Double, doc="the turn's messages' cost.total, summed"),
+    sqlite_with_rowid=False,
+)
+
+# Usage totals per session, day, provider and model (migration 0011, kept by
+# ``store.analysis.usage_days`` as rows are written): what ``usage_ledger`` holds, added up, so
+# that totals over time read a few rows per session and day instead of every usage row. ``day``
+# is the first ten characters of the rows' ``timestamp`` ('' for rows without one).
+usage_days = Table(
+    "usage_days", metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
+    Column("day", Text, primary_key=True),
+    Column("provider", Text, primary_key=True),
+    Column("model", Text, primary_key=True),
+    _required("calls", BigInteger, doc="usage rows (messages and other entries Pi's /session counts)"),
+    _required("input", Tokens),
+    _required("output", Tokens),
+    _required("cache_read", Tokens),
+    _required("cache_write", Tokens),
+    _required("cost", Double, doc="sum of cost.total"),
     sqlite_with_rowid=False,
 )
