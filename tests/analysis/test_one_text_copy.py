@@ -131,7 +131,7 @@ VIEWS = (
     "SELECT session_id, entry_id, seq, role, text, text_chars, on_path FROM messages ORDER BY session_id, seq",
     "SELECT session_id, entry_id, summary, summary_chars FROM compactions ORDER BY session_id, seq",
     "SELECT session_id, entry_id, label, is_current FROM labels ORDER BY session_id, seq",
-    "SELECT session_id, entry_id, call_index, name, result_chars FROM tool_calls ORDER BY session_id, seq",
+    "SELECT session_id, entry_id, call_index, name, result_chars FROM tool_calls ORDER BY session_id, seq, call_index",
 )
 
 
