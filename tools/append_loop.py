@@ -11,6 +11,8 @@ to a store at that URL instead (a PostgreSQL database, say: the client's instruc
 ``--page-size`` creates the SQLite database with that page size first (the store keeps a file's
 page size). ``searched``: each append is followed by a search, which first brings the full-text
 index up to date with the appended row (``fts.sync``); ``--text-chars`` makes each message that long.
+``conversation``: single appends of a user message and an assistant answer with usage, in turn
+(what an agent writes: the usage adds to ``usage_days``, each user message starts a turn).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from store.session_store import SessionStore
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("single", "batch", "searched"))
+    parser.add_argument("mode", choices=("single", "batch", "searched", "conversation"))
     parser.add_argument("count", type=int)
     parser.add_argument("--url", help="the store's database (default: a SQLite file in a temporary folder)")
     parser.add_argument("--page-size", type=int, help="SQLite page size of the new database (default: SQLite's)")
@@ -56,9 +58,20 @@ def run(url: str, mode: str, count: int, chars: int) -> None:
                     manager.append_message({"role": "user", "content": content(i)})
             return
         for i in range(count):
+            if mode == "conversation" and i % 2:
+                manager.append_message(_answer(content(i)))
+                continue
             manager.append_message({"role": "user", "content": content(i)})
             if mode == "searched":
                 store.search(f"message {i}", limit=1)
+
+
+def _answer(text: str) -> dict:
+    return {"role": "assistant", "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5",
+            "stopReason": "stop", "content": [{"type": "text", "text": text}],
+            "usage": {"input": 1200, "output": 80, "cacheRead": 900, "cacheWrite": 0, "totalTokens": 2180,
+                      "cost": {"input": 0.0036, "output": 0.0012, "cacheRead": 0.00027, "cacheWrite": 0,
+                               "total": 0.00507}}}
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def _insert_new_sql(with_day: bool, turn: str | None) -> str:
     if with_day:
         parts.append(f"usage_day AS ({_ADD_DAY})")
     if turn is not None:
-        parts.append(f"path_turn AS ({turn.replace(' AS last WHERE true', ' AS last CROSS JOIN new WHERE true')})")
+        parts.append(f"path_turn AS ({turn.format(source=' FROM new')})")
     return f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
 
 

@@ -59,15 +59,17 @@ _DELETE_TURNS = "DELETE FROM path_turns WHERE session_pk = :spk"
 _INSERT_TURN = ("INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
                 "VALUES (?, ?, ?, ?, ?, ?)")
 # a linear append's rows, added to the path's last turn, or starting the next one (a user
-# message); ``FROM last`` is the path's last turn, 0 when it has none
-_LAST_TURN = "FROM (SELECT coalesce(max(turn), 0) AS turn FROM path_turns WHERE session_pk = ?) AS last"
+# message); ``_LAST_TURN`` is the path's last turn, 0 when it has none (one index lookup: SQLite
+# turns max() inside an INSERT's SELECT into a scan of the session's turns). ``{source}``: ''
+# or a table the row is selected from (PostgreSQL's single append: only if the entry was inserted)
+_LAST_TURN = "coalesce((SELECT turn FROM path_turns WHERE session_pk = ? ORDER BY turn DESC LIMIT 1), 0)"
 ADD_TO_LAST_TURN = (
     "INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
-    f"SELECT ?, last.turn, NULL, ?, ?, ? {_LAST_TURN} WHERE true "
+    f"SELECT ?, {_LAST_TURN}, NULL, ?, ?, ?{{source}} WHERE true "
     "ON CONFLICT (session_pk, turn) DO UPDATE SET steps = path_turns.steps + excluded.steps, "
     "output_tokens = path_turns.output_tokens + excluded.output_tokens, cost = path_turns.cost + excluded.cost")
 START_TURN = ("INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
-              f"SELECT ?, last.turn + 1, ?, ?, ?, ? {_LAST_TURN} WHERE true")
+              f"SELECT ?, {_LAST_TURN} + 1, ?, ?, ?, ?{{source}} WHERE true")
 # store.db.queries' walk from the session's leaf row to the root, the leaf's run (step 0) left open
 _INSERT = (
     "INSERT INTO path_runs (session_pk, first_seq, last_seq) "
@@ -113,9 +115,9 @@ class PathTurns:
         for starts, prompt_seq, steps, output, cost in self.turns:
             totals = (steps, writes.bindable_total(dialect, output), cost)
             if starts:
-                statements.append((START_TURN, (session_pk, prompt_seq, *totals, session_pk)))
+                statements.append((START_TURN, (session_pk, session_pk, prompt_seq, *totals)))
             else:
-                statements.append((ADD_TO_LAST_TURN, (session_pk, *totals, session_pk)))
+                statements.append((ADD_TO_LAST_TURN, (session_pk, session_pk, *totals)))
         return statements
 
 
@@ -153,7 +155,7 @@ def extend(cursor: Any, dialect: Dialect, session_pk: int, turns: PathTurns) -> 
     """Add the turns of rows appended along the path (a linear append: ``path_runs`` and the
     off-path totals stay as they are)."""
     for sql, parameters in turns.appended(dialect, session_pk):
-        cursor.execute(writes.dbapi_sql(dialect, sql), parameters)
+        cursor.execute(writes.dbapi_sql(dialect, sql.format(source="")), parameters)
 
 
 def recount(conn: Connection) -> None:
