@@ -127,9 +127,28 @@ def _positions() -> tuple[int, ...]:
                                                               "usage_cost"))
 
 
+# PostgreSQL adds up the turns in SQL (its sum() of bigints is a numeric: no overflow)
+_PG_COUNT_TURNS = f"""INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost)
+SELECT :spk, turn, min(CASE WHEN role = 'user' THEN seq END), sum(CASE WHEN role = 'assistant' THEN 1 ELSE 0 END),
+       sum(usage_output), sum(usage_cost)
+FROM (SELECT seq, role, usage_output, usage_cost,
+             sum(CASE WHEN role = 'user' THEN 1 ELSE 0 END) OVER (ORDER BY seq) AS turn
+      FROM ({_PATH_MESSAGES}) AS path) AS numbered
+GROUP BY turn"""
+# ... and the whole refresh is one round trip: statements in one simple query, the key a literal.
+# Without JIT for the rest of the transaction: the walk's estimates multiply with each recursion
+# (millions of rows, on the statistics of a store being imported), which made PostgreSQL compile
+# it (~300 ms per session at a few thousand sessions) to read a few rows.
+_PG_REFRESH = "; ".join(("SET LOCAL jit = off", _DELETE, _INSERT, _COUNT_OFF_PATH + " WHERE pk = :spk",
+                         _DELETE_TURNS, _PG_COUNT_TURNS))
+
+
 def refresh(cursor: Any, dialect: Dialect, session_pk: int) -> None:
     """Rewrite the ``path_runs`` rows of one session from its stored rows and ``leaf_seq``, its
     turns, and count what is off the path, on a DBAPI cursor of the writing transaction."""
+    if dialect.name == "postgresql":
+        cursor.execute(_PG_REFRESH.replace(":spk", str(int(session_pk))))
+        return
     cursor.execute(_named(dialect, _DELETE), {"spk": session_pk})
     cursor.execute(_named(dialect, _INSERT), {"spk": session_pk})
     cursor.execute(_named(dialect, _COUNT_OFF_PATH + " WHERE pk = :spk"), {"spk": session_pk})
