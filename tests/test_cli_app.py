@@ -63,7 +63,7 @@ def test_version_and_help() -> None:
     for name in COMMANDS:
         assert f"  {name} " in out, name
     for variable in ("PI_STORE_DB", "PI_STORE_CONNECT_TIMEOUT", "PI_STORE_LOCK_TIMEOUT", "PI_STORE_STATEMENT_TIMEOUT",
-                     "PI_STORE_POOL_SIZE", "PI_STORE_MAX_OVERFLOW", "PI_STORE_POOLER",
+                     "PI_STORE_POOL_SIZE", "PI_STORE_MAX_OVERFLOW", "PI_STORE_POOLER", "PI_STORE_IMPORT_JOBS",
                      "PI_STORE_DEBUG", "PI_STORE_SUMMARY_BASE_URL", "_PI_STORE_COMPLETE=bash_source"):
         assert variable in out, variable
 

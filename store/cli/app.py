@@ -70,6 +70,7 @@ Environment:
   PI_STORE_POOL_SIZE, PI_STORE_MAX_OVERFLOW
                               PostgreSQL connections kept open (default 5) and opened beyond them (10)
   PI_STORE_POOLER=transaction a pooler in transaction mode (PgBouncer) is in front of PostgreSQL
+  PI_STORE_IMPORT_JOBS        files a folder import stores at once on PostgreSQL (default 2)
   PI_STORE_DEBUG=1            show the traceback of an unexpected error
   PI_STORE_SUMMARY_BASE_URL, PI_STORE_SUMMARY_MODEL, PI_STORE_SUMMARY_API_KEY
                               the OpenAI-compatible server `compact` summarises with

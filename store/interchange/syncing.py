@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.db.engine import lock_timeout_ms
@@ -85,11 +88,12 @@ class Summary:
 
 def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
                prefer: str | None = None, keep_non_sessions: bool = False,
-               progress: Callable[[int], None] | None = None, settle: float | None = None) -> ImportReport:
+               progress: Callable[[int], None] | None = None, settle: float | None = None,
+               fork: bool = True) -> ImportReport:
     """:func:`import_file` that reports failures instead of raising them — any exception, even
     one nobody foresaw, is that file's ``failed`` report. ``settle``: a file that does not end
     with a newline and changed less than that many seconds ago is left for later (``busy``): Pi
-    is probably writing its last line."""
+    is probably writing its last line. ``fork``: a big file may be read by a forked worker."""
     try:
         if settle is not None and _being_written(path, settle):
             return ImportReport(str(path), None, BUSY, error="the file is being written (no final newline yet)")
@@ -97,7 +101,7 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         while True:
             try:
                 return import_file(store, path, strict=strict, replace=replace, prefer=prefer,
-                                   keep_non_sessions=keep_non_sessions, progress=progress)
+                                   keep_non_sessions=keep_non_sessions, progress=progress, parallel=fork)
             except OperationalError as exc:  # SQLite: another writer holds the write lock
                 waited_ms = (time.monotonic() - started) * 1000
                 if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES or 0 < limit_ms <= waited_ms:
@@ -128,19 +132,82 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
                  replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
                  on_file: Callable[[int, Path], None] | None = None,
                  progress: Callable[[int], None] | None = None,
-                 settle: float | None = None) -> Iterator[ImportReport]:
-    """Import every file of :func:`session_files`, one report each. ``on_file(i, path)`` is
-    called before each; ``progress`` gets the bytes read. A file that is not a Pi session is
-    stored only when it was named itself (an explicit choice, like ``keep_non_sessions``), never
-    when it was merely found in a folder."""
+                 settle: float | None = None, jobs: int | None = None) -> Iterator[ImportReport]:
+    """Import every file of :func:`session_files`, one report each, in their order.
+    ``on_file(i, path)`` is called as each starts; ``progress`` gets the bytes read. A file that
+    is not a Pi session is stored only when it was named itself (an explicit choice, like
+    ``keep_non_sessions``), never when it was merely found in a folder. ``jobs``: files imported
+    at once on PostgreSQL (default :func:`default_jobs`; SQLite stores one at a time), see
+    :func:`_in_parallel`."""
     paths = list(paths)
     named = {os.path.realpath(path) for path in paths if not Path(path).is_dir()}
-    for index, path in enumerate(session_files(paths)):
+
+    def one(index: int, path: Path, *, fork: bool = True) -> ImportReport:
         if on_file is not None:
             on_file(index, path)
         keep = keep_non_sessions or os.path.realpath(path) in named
-        yield import_one(store, path, strict=strict, replace=replace, prefer=prefer,
-                         keep_non_sessions=keep, progress=progress, settle=settle)
+        return import_one(store, path, strict=strict, replace=replace, prefer=prefer, keep_non_sessions=keep,
+                          progress=progress, settle=settle, fork=fork)
+
+    files = session_files(paths)
+    jobs = default_jobs(store) if jobs is None or store.engine.dialect.name == "sqlite" else jobs
+    if jobs <= 1 or len(files) < 2:
+        for index, path in enumerate(files):
+            yield one(index, path)
+        return
+    yield from _in_parallel(files, jobs, one)
+
+
+def default_jobs(store: SessionStore) -> int:
+    """Files a folder import stores at once: one on SQLite (one writer at a time), two on
+    PostgreSQL (while one file's rows are parsed here, the server stores another's; a second
+    core is what that needs), unless ``$PI_STORE_IMPORT_JOBS`` says otherwise."""
+    if store.engine.dialect.name == "sqlite":
+        return 1
+    value = os.environ.get("PI_STORE_IMPORT_JOBS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 2
+
+
+def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport]) -> Iterator[ImportReport]:
+    """Import ``files`` on ``jobs`` threads, each file in its own transaction as always, the
+    reports in file order. Files that name the same session (the id of their header line) are
+    imported one after another in file order, as a single thread would: the first stored is the
+    first found. A file whose header names no id is imported after every such file before it.
+    Big files are read in this process (no forked reader next to other threads)."""
+    waits: dict[str | None, Future] = {}
+    pending: deque[Future] = deque()
+
+    def run(index: int, path: Path, before: Future | None) -> ImportReport:
+        if before is not None:
+            before.result()  # submitted earlier: running or done (the pool takes work in order)
+        return one(index, path, fork=False)
+
+    with ThreadPoolExecutor(jobs, thread_name_prefix="pi-store-import") as pool:
+        try:
+            for index, path in enumerate(files):
+                key = _header_id(path)
+                waits[key] = pool.submit(run, index, path, waits.get(key))
+                pending.append(waits[key])
+                while pending and (pending[0].done() or len(pending) > 4 * jobs):
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:  # the caller stopped reading the reports: no new files
+                future.cancel()
+
+
+def _header_id(path: Path) -> str | None:
+    """The ``id`` of a file's header line (its first line, when it is a session header), if any."""
+    try:
+        with path.open("rb") as stream:
+            first = stream.readline(1 << 16)
+        header = orjson.loads(first)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if isinstance(header, dict) and header.get("type") == "session" and isinstance(header.get("id"), str):
+        return header["id"]
+    return None
 
 
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,

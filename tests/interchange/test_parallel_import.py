@@ -1,0 +1,78 @@
+"""Folder imports on PostgreSQL store several files at once (``store.interchange.syncing``,
+``jobs``): the reports, their order and what is stored are those of one file at a time, with
+files that share a session id kept in file order and a failing file failing alone."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sqlalchemy import text
+
+from store.db.engine import read_transaction
+from store.interchange.syncing import default_jobs, import_paths
+from store.session_store import SessionStore
+from tests.conftest import scratch_pg_database
+from tests.oracle_support import FIXTURES
+
+
+def _folder(tmp_path: Path) -> Path:
+    """The fixture sessions (some share a session id: the first in file order is stored, the
+    others are conflicts), pairs of files of one session side by side, a damaged file in the
+    middle and a file that is not a session."""
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    for path in sorted((FIXTURES / "sessions").glob("*.jsonl")):
+        shutil.copyfile(path, folder / path.name)
+    for index, path in enumerate(sorted((FIXTURES / "sessions").glob("*seed*.jsonl"))[:40]):
+        lines = path.read_bytes().splitlines(keepends=True)  # two files of one session, next to each other:
+        (folder / f"pair-{index:02}-a.jsonl").write_bytes(b"".join(lines))  # which one is stored first
+        (folder / f"pair-{index:02}-b.jsonl").write_bytes(b"".join(lines[:-1]))  # decides both statuses
+    (folder / "m-damaged.jsonl").write_bytes(b'{"type":"session","version":3,"id":"dmg","timestamp":"x","cwd":"/"}\n'
+                                             b'{"type":"message","id":"a","parentId":null,"message":{\n')
+    (folder / "n-notes.jsonl").write_bytes(b'{"just": "notes"}\n')
+    return folder.parent
+
+
+def _stored(store: SessionStore) -> list[tuple]:
+    """Every session and row, by session id and seq (keys differ with the order of the writes)."""
+    with read_transaction(store.engine) as conn:
+        sessions = conn.execute(text(
+            "SELECT session_id, cwd, entry_count, message_count, leaf_seq, source_sha256, off_path_messages "
+            "FROM sessions ORDER BY session_id")).all()
+        rows = conn.execute(text(
+            "SELECT s.session_id, e.seq, e.line, e.raw, e.parent_seq, e.superseded FROM entries AS e "
+            "JOIN sessions AS s ON s.pk = e.session_pk ORDER BY s.session_id, e.seq")).all()
+        pairs = conn.execute(text(
+            "SELECT s.session_id, p.call_seq, p.call_index, p.result_seq, p.path FROM tool_call_pairs AS p "
+            "JOIN sessions AS s ON s.pk = p.session_pk ORDER BY 1, 2, 3")).all()
+    return [tuple(r) for r in (*sessions, *rows, *pairs)]
+
+
+def test_several_files_at_once_store_what_one_at_a_time_does(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    results = []
+    for jobs in (1, 4):
+        with scratch_pg_database("pi_store_jobs") as url, SessionStore.connect(url) as store:
+            started: list[int] = []
+            reports = list(import_paths(store, [folder], jobs=jobs, strict=True,
+                                        on_file=lambda index, _path: started.append(index)))
+            results.append(([(r.path, r.status, r.session_id, r.lines) for r in reports], sorted(started),
+                            _stored(store)))
+    (serial, serial_started, serial_rows), (parallel, parallel_started, parallel_rows) = results
+    assert parallel == serial and parallel_started == serial_started == list(range(len(serial)))
+    assert parallel_rows == serial_rows
+    statuses = {status for _path, status, _sid, _lines in serial}
+    assert {"imported", "conflict", "refused", "not-session"} <= statuses, statuses
+
+
+def test_jobs_default_by_engine(tmp_path: Path, monkeypatch) -> None:
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        monkeypatch.setenv("PI_STORE_IMPORT_JOBS", "4")
+        assert default_jobs(store) == 1  # one writer at a time
+    with scratch_pg_database("pi_store_jobs") as url, SessionStore.connect(url) as store:
+        assert default_jobs(store) == 4
+        monkeypatch.setenv("PI_STORE_IMPORT_JOBS", "zero")
+        assert default_jobs(store) == 2
+        monkeypatch.delenv("PI_STORE_IMPORT_JOBS")
+        assert default_jobs(store) == 2
