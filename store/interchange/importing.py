@@ -257,7 +257,10 @@ def _lock(conn: Connection, path: Path, session_id: str) -> None:
     if is_sqlite(conn):
         return
     key = int.from_bytes(hashlib.sha256(f"pi-store import {session_id}".encode()).digest()[:8], "big", signed=True)
-    before = conn.execute(text("SELECT current_setting('lock_timeout'), set_config('lock_timeout', :wait, true)"),
+    # and no JIT in this transaction: the import's statements read one session, but on the
+    # statistics of a store being filled their estimates can pass the JIT threshold
+    before = conn.execute(text("SELECT current_setting('lock_timeout'), set_config('lock_timeout', :wait, true), "
+                               "set_config('jit', 'off', true)"),
                           {"wait": f"{round(LOCK_WAIT_SECONDS * 1000)}ms"}).scalar_one()
     try:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
