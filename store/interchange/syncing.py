@@ -151,6 +151,8 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
 
     files = session_files(paths)
     jobs = default_jobs(store) if jobs is None or store.engine.dialect.name == "sqlite" else jobs
+    if store.engine.dialect.is_async:  # the async API runs this on its event loop's greenlet: no threads
+        jobs = 1
     if jobs <= 1 or len(files) < 2:
         for index, path in enumerate(files):
             yield one(index, path)
