@@ -230,7 +230,12 @@ def test_the_last_turn_is_one_index_lookup(tmp_path: Path) -> None:
             steps = {}
             for spk in (1, 2):
                 counted = [0]
-                sqlite.set_progress_handler(lambda: counted.__setitem__(0, counted[0] + 1) or 0, 1)
+
+                def count(counted: list[int] = counted) -> int:
+                    counted[0] += 1
+                    return 0
+
+                sqlite.set_progress_handler(count, 1)
                 for sql, parameters in ((current_path.START_TURN, (spk, spk, 10_000, 0, 0, 0.0)),
                                         (current_path.ADD_TO_LAST_TURN, (spk, spk, 1, 1, 0.5))):
                     conn.exec_driver_sql(sql.format(source=""), parameters)

@@ -56,7 +56,7 @@ def test_several_files_at_once_store_what_one_at_a_time_does(tmp_path: Path) -> 
         with scratch_pg_database("pi_store_jobs") as url, SessionStore.connect(url) as store:
             started: list[int] = []
             reports = list(import_paths(store, [folder], jobs=jobs, strict=True,
-                                        on_file=lambda index, _path: started.append(index)))
+                                        on_file=lambda index, _path, started=started: started.append(index)))
             results.append(([(r.path, r.status, r.session_id, r.lines) for r in reports], sorted(started),
                             _stored(store)))
     (serial, serial_started, serial_rows), (parallel, parallel_started, parallel_rows) = results
