@@ -55,14 +55,18 @@ WHERE e.session_pk = p.session_pk AND e.seq = p.call_seq
 MODEL_ERRORS = "type = 'message' AND facts ->> 'stopReason' = 'error'"
 
 
+def _session_key(table: str) -> sa.Column:
+    """The table's ``session_pk``: the first column of its key, deleted with its session."""
+    return sa.Column("session_pk", sa.Integer, sa.ForeignKey("sessions.pk", ondelete="CASCADE",
+                                                             name=f"fk_{table}_session_pk_sessions"), primary_key=True)
+
+
 def upgrade() -> None:
     conn = op.get_bind()
     tokens = sa.BigInteger().with_variant(sa.Numeric(), "postgresql")
     op.create_table(
         "usage_days",
-        sa.Column("session_pk", sa.Integer, sa.ForeignKey("sessions.pk", ondelete="CASCADE",
-                                                          name="fk_usage_days_session_pk_sessions"),
-                  primary_key=True),
+        _session_key("usage_days"),
         sa.Column("day", sa.Text, primary_key=True),
         sa.Column("provider", sa.Text, primary_key=True),
         sa.Column("model", sa.Text, primary_key=True),
@@ -75,9 +79,7 @@ def upgrade() -> None:
     usage_days.rebuild(conn)
     op.create_table(
         "path_turns",
-        sa.Column("session_pk", sa.Integer, sa.ForeignKey("sessions.pk", ondelete="CASCADE",
-                                                          name="fk_path_turns_session_pk_sessions"),
-                  primary_key=True),
+        _session_key("path_turns"),
         sa.Column("turn", sa.Integer, primary_key=True),
         sa.Column("prompt_seq", sa.Integer),
         sa.Column("steps", sa.Integer, nullable=False),
