@@ -232,13 +232,16 @@ async def test_a_cancelled_call_finishes_its_database_work_and_the_manager_stays
     longer be the store's and its next write would fail with SessionChanged."""
     sm = await astore.create("/work/p")
     await sm.append_message(user("start"))
-    started = time.perf_counter()
-    await sm.append_message(user("timed"))
-    call = time.perf_counter() - started  # cancel within the call's time, however fast the machine
+    timings = []
+    for i in range(5):
+        started = time.perf_counter()
+        await sm.append_message(user(f"timed {i}"))
+        timings.append(time.perf_counter() - started)
+    call = sorted(timings)[2]  # cancel within a call's time, however fast the machine
     cancelled = 0
     for i in range(60):
         task = asyncio.create_task(sm.append_message(user(f"m{i}", i)))
-        await asyncio.sleep(call * (i % 5) / 8)  # cancel at different points of the call
+        await asyncio.sleep(call * (i % 5) / 10)  # cancel at different points of the call
         task.cancel()
         try:
             await task
