@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import orjson
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store.db.engine import lock_timeout_ms
+from store.db.engine import lock_timeout_ms, pool_options
 from store.db.faults import error_line
 from store.errors import StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
@@ -150,14 +150,23 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
                           progress=progress, settle=settle, fork=fork)
 
     files = session_files(paths)
-    jobs = default_jobs(store) if jobs is None or store.engine.dialect.name == "sqlite" else jobs
-    if store.engine.dialect.is_async:  # the async API runs this on its event loop's greenlet: no threads
-        jobs = 1
+    jobs = import_jobs(store, jobs)
     if jobs <= 1 or len(files) < 2:
         for index, path in enumerate(files):
             yield one(index, path)
         return
     yield from _in_parallel(files, jobs, one)
+
+
+def import_jobs(store: SessionStore, asked: int | None) -> int:
+    """How many files an import stores at once: ``asked`` (else :func:`default_jobs`) on
+    PostgreSQL, at most as many as the pool has connections (a thread waiting for one past the
+    pool's timeout would fail its file); one on SQLite and on the async API (whose calls run on
+    its event loop's greenlet, where other threads cannot reach the database)."""
+    engine = store.engine
+    if engine.dialect.name == "sqlite" or engine.dialect.is_async:
+        return 1
+    return max(1, min(default_jobs(store) if asked is None else asked, sum(pool_options(engine.url).values())))
 
 
 def default_jobs(store: SessionStore) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from store.db.engine import read_transaction
-from store.interchange.syncing import default_jobs, import_paths
+from store.interchange.syncing import default_jobs, import_jobs, import_paths
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
 from tests.oracle_support import FIXTURES
@@ -76,3 +76,16 @@ def test_jobs_default_by_engine(tmp_path: Path, monkeypatch) -> None:
         assert default_jobs(store) == 2
         monkeypatch.delenv("PI_STORE_IMPORT_JOBS")
         assert default_jobs(store) == 2
+
+
+def test_no_more_files_at_once_than_the_pool_has_connections(tmp_path: Path) -> None:
+    """Eight jobs on a pool of one connection import one file at a time (a thread waiting for a
+    connection past the pool's timeout would fail its file); SQLite always one."""
+    with scratch_pg_database("pi_store_jobs") as url:
+        with SessionStore.connect(url + "?pool_size=1&max_overflow=0") as store:
+            assert import_jobs(store, 8) == 1
+            assert list(import_paths(store, [_folder(tmp_path)], jobs=8))
+        with SessionStore.connect(url + "?pool_size=2&max_overflow=1") as store:
+            assert (import_jobs(store, 8), import_jobs(store, None), import_jobs(store, 0)) == (3, 2, 1)
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        assert import_jobs(store, 8) == 1
