@@ -181,24 +181,22 @@ def default_jobs(store: SessionStore) -> int:
 
 def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport]) -> Iterator[ImportReport]:
     """Import ``files`` on ``jobs`` threads, each file in its own transaction as always, the
-    reports in file order. Files that name the same session (the id of their header line) are
-    imported one after another in file order, as a single thread would: the first stored is the
-    first found. A file whose header names no id is imported after every such file before it.
-    Big files are read in this process (no forked reader next to other threads)."""
-    waits: dict[str | None, Future] = {}
+    reports in file order, each file started after the files :func:`start_after` names. Big
+    files are read in this process (no forked reader next to other threads)."""
+    futures: list[Future] = []
     pending: deque[Future] = deque()
 
-    def run(index: int, path: Path, before: Future | None) -> ImportReport:
-        if before is not None:
-            before.result()  # submitted earlier: running or done (the pool takes work in order)
+    def run(index: int, path: Path, before: list[Future]) -> ImportReport:
+        for future in before:  # submitted earlier: running or done (the pool takes work in order)
+            future.result()
         return one(index, path, fork=False)
 
     with ThreadPoolExecutor(jobs, thread_name_prefix="pi-store-import") as pool:
         try:
-            for index, path in enumerate(files):
-                key = _header_id(path)
-                waits[key] = pool.submit(run, index, path, waits.get(key))
-                pending.append(waits[key])
+            waits = start_after([_header_id(path) for path in files])
+            for index, (path, after) in enumerate(zip(files, waits, strict=True)):
+                futures.append(pool.submit(run, index, path, [futures[i] for i in after]))
+                pending.append(futures[-1])
                 while pending and (pending[0].done() or len(pending) > 4 * jobs):
                     yield pending.popleft().result()
             while pending:
@@ -208,8 +206,28 @@ def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport])
                 future.cancel()
 
 
+def start_after(sessions: list[str | None]) -> list[list[int]]:
+    """For files whose sessions are ``sessions`` (a header's id; None: not known from the first
+    64 KiB), the earlier files each must wait for, so that files of one session are stored in
+    file order, as one at a time would: the session's previous file and the last unknown one.
+    A file of an unknown session waits for every file since the unknown one before it (which
+    waited for those before)."""
+    last_of: dict[str, int] = {}
+    barrier: int | None = None
+    after: list[list[int]] = []
+    for index, session in enumerate(sessions):
+        if session is None:
+            after.append(list(range(barrier or 0, index)))
+            barrier = index
+        else:
+            after.append([i for i in (last_of.get(session), barrier) if i is not None])
+            last_of[session] = index
+    return after
+
+
 def _header_id(path: Path) -> str | None:
-    """The ``id`` of a file's header line (its first line, when it is a session header), if any."""
+    """The ``id`` of a file's header line (its first line, when it is a session header and no
+    longer than 64 KiB), if any."""
     try:
         with path.open("rb") as stream:
             first = stream.readline(1 << 16)

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from store.db.engine import read_transaction
-from store.interchange.syncing import default_jobs, import_jobs, import_paths
+from store.interchange.syncing import default_jobs, import_jobs, import_paths, start_after
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
 from tests.oracle_support import FIXTURES
@@ -28,6 +28,9 @@ def _folder(tmp_path: Path) -> Path:
         lines = path.read_bytes().splitlines(keepends=True)  # two files of one session, next to each other:
         (folder / f"pair-{index:02}-a.jsonl").write_bytes(b"".join(lines))  # which one is stored first
         (folder / f"pair-{index:02}-b.jsonl").write_bytes(b"".join(lines[:-1]))  # decides both statuses
+    long_header = lines[0].replace(b'"cwd":"', b'"cwd":"/' + b"x" * 70_000, 1)  # a header past 64 KiB:
+    (folder / "pair-99-a.jsonl").write_bytes(long_header + b"".join(lines[1:]))  # its session is not read
+    (folder / "pair-99-b.jsonl").write_bytes(b"".join(lines[:-1]))  # ahead of time; the same session
     (folder / "m-damaged.jsonl").write_bytes(b'{"type":"session","version":3,"id":"dmg","timestamp":"x","cwd":"/"}\n'
                                              b'{"type":"message","id":"a","parentId":null,"message":{\n')
     (folder / "n-notes.jsonl").write_bytes(b'{"just": "notes"}\n')
@@ -89,3 +92,11 @@ def test_no_more_files_at_once_than_the_pool_has_connections(tmp_path: Path) -> 
             assert (import_jobs(store, 8), import_jobs(store, None), import_jobs(store, 0)) == (3, 2, 1)
     with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
         assert import_jobs(store, 8) == 1
+
+
+def test_files_of_one_session_and_unknown_sessions_wait_for_each_other() -> None:
+    """What each file waits for: its session's previous file and the last file whose session was
+    not known ahead (a header past 64 KiB, no header), which waits for every file before it."""
+    assert start_after(["a", "b", "a", None, "b", "c", None, "a"]) == [
+        [], [], [0], [0, 1, 2], [1, 3], [3], [3, 4, 5], [2, 6]]
+    assert start_after([]) == [] and start_after([None, None]) == [[], [0]]
