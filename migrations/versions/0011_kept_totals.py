@@ -92,7 +92,7 @@ def upgrade() -> None:
     op.execute(_SQLITE_PATH if conn.dialect.name == "sqlite" else _PG_PATH)
     op.add_column("sessions", sa.Column("off_path_messages", sa.Integer, nullable=False, server_default="0"))
     op.add_column("sessions", sa.Column("off_path_cost", sa.Double, nullable=False, server_default="0"))
-    current_path.recount(conn)
+    current_path.refresh_all(conn)
     op.create_index("ix_entries_model_errors", "entries", ["session_pk"], sqlite_where=sa.text(MODEL_ERRORS),
                     postgresql_where=sa.text(MODEL_ERRORS))
 

@@ -49,7 +49,7 @@ def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUM
         pairs.rebuild(conn)
     if usage:  # (revision 0011's totals)
         usage_days.rebuild(conn)
-        current_path.recount(conn)
+        current_path.refresh_all(conn)
     return count
 
 

@@ -47,7 +47,7 @@ _COUNT_OFF_PATH = """UPDATE sessions SET (off_path_messages, off_path_cost) = (
     WHERE e.session_pk = sessions.pk AND e.kind = 'entry' AND e.type = 'message'
       AND NOT EXISTS (SELECT 1 FROM path_runs AS r WHERE r.session_pk = e.session_pk AND r.first_seq <= e.seq
                       AND e.seq <= coalesce(r.last_seq, sessions.leaf_seq))
-)"""
+) WHERE pk = :spk"""
 # the message rows of the session's path, in order (the turns are added up from them)
 _PATH_MESSAGES = """SELECT e.seq, e.role, e.usage_output, e.usage_cost
 FROM path_runs AS r
@@ -139,7 +139,7 @@ GROUP BY turn"""
 # Without JIT for the rest of the transaction: the walk's estimates multiply with each recursion
 # (millions of rows, on the statistics of a store being imported), which made PostgreSQL compile
 # it (~300 ms per session at a few thousand sessions) to read a few rows.
-_PG_REFRESH = "; ".join(("SET LOCAL jit = off", _DELETE, _INSERT, _COUNT_OFF_PATH + " WHERE pk = :spk",
+_PG_REFRESH = "; ".join(("SET LOCAL jit = off", _DELETE, _INSERT, _COUNT_OFF_PATH,
                          _DELETE_TURNS, _PG_COUNT_TURNS))
 
 
@@ -151,11 +151,11 @@ def refresh(cursor: Any, dialect: Dialect, session_pk: int) -> None:
         return
     cursor.execute(_named(dialect, _DELETE), {"spk": session_pk})
     cursor.execute(_named(dialect, _INSERT), {"spk": session_pk})
-    cursor.execute(_named(dialect, _COUNT_OFF_PATH + " WHERE pk = :spk"), {"spk": session_pk})
-    count_turns(cursor, dialect, session_pk)
+    cursor.execute(_named(dialect, _COUNT_OFF_PATH), {"spk": session_pk})
+    _count_turns(cursor, dialect, session_pk)
 
 
-def count_turns(cursor: Any, dialect: Dialect, session_pk: int) -> None:
+def _count_turns(cursor: Any, dialect: Dialect, session_pk: int) -> None:
     """Rewrite the session's ``path_turns`` from its path's messages (added up here, not by
     SQL's ``sum()``, which SQLite makes fail past BIGINT's range)."""
     cursor.execute(_named(dialect, _DELETE_TURNS), {"spk": session_pk})
@@ -177,13 +177,11 @@ def extend(cursor: Any, dialect: Dialect, session_pk: int, turns: PathTurns) -> 
         cursor.execute(writes.dbapi_sql(dialect, sql.format(source="")), parameters)
 
 
-def recount(conn: Connection) -> None:
-    """Count what is off the path of every session, and its turns, again (after the rows' usage
-    was recomputed)."""
-    conn.exec_driver_sql(_COUNT_OFF_PATH)
+def refresh_all(conn: Connection) -> None:
+    """:func:`refresh` every session (migration 0011; after the rows' usage was recomputed)."""
     cursor = conn.connection.dbapi_connection.cursor()
     for (session_pk,) in conn.exec_driver_sql("SELECT pk FROM sessions ORDER BY pk").all():
-        count_turns(cursor, conn.dialect, session_pk)
+        refresh(cursor, conn.dialect, session_pk)
 
 
 def refresh_on(conn: Connection, session_pk: int) -> None:
