@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
+from store.analysis.activity_days import DayTotals
 from store.analysis.pairs import SessionPairing
-from store.analysis.usage_days import DayTotals
 from store.db import current_path
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
@@ -133,7 +133,7 @@ class SessionWriter:
         dialect = conn.dialect
         self._pairing = (SessionPairing() if not first_seq and dialect.name == "postgresql" and not dialect.is_async
                          else None)
-        self._usage = DayTotals()  # with _pairing: the usage totals, written at the end too
+        self._activity = DayTotals(failures=True)  # with _pairing: the activity totals, written at the end too
         self._copying = ExitStack()  # the open COPY of the rows, with _pairing
         self._copy: Any = None
 
@@ -153,7 +153,7 @@ class SessionWriter:
         for row in values:
             write_row(row[:-1])  # the columns, without the text's path (SQLite's: writes.without_path)
         self._pairing.add(values)
-        self._usage.add(values)
+        self._activity.add(values)
 
     def finish(self, summary: RowsSummary) -> list[LineWarning]:
         """Settle what the whole session tells — rows superseded by later duplicates, rows whose
@@ -161,8 +161,9 @@ class SessionWriter:
         if self._pairing is not None:
             self._copying.close()  # the end of the rows' COPY: the server has stored them all
             self._copy = None
+            self._activity.fail(self._pairing.failed_calls())
             self._pairing.copy(self._cursor)
-            self._usage.write(self._cursor, self.conn.dialect)
+            self._activity.write(self._cursor, self.conn.dialect)
         outcome = summary.tree
         if outcome is None:
             return []

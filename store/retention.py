@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, bindparam, case, select, text
 
-from store.analysis import pairs, usage_days
+from store.analysis import activity_days, pairs
 from store.db import current_path
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.schema import entries, sessions
@@ -413,7 +413,7 @@ def _apply(conn: Connection, plan: _Plan, session) -> None:
     if updates:  # ascending: each row moves to a number that no kept row holds any more
         cursor.executemany(dbapi_sql(conn.dialect, _RENUMBER), updates)
     pairs.rebuild_session(conn, plan.session_pk)  # a call's result may be gone, or renumbered
-    usage_days.rebuild_session(conn, plan.session_pk)  # usage rows may be gone
+    activity_days.rebuild_session(conn, plan.session_pk)  # rows may be gone, and their calls' results
     _refresh_session(conn, plan, session, kept, new_seq)
     current_path.refresh_on(conn, plan.session_pk)  # renumbered rows, runs that may have merged
 

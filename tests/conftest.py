@@ -135,8 +135,10 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
         pytest.skip(_pg_state["skip"])
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS usage_days, path_turns, path_runs, tool_call_pairs, imports, "
+        conn.execute(text("DROP TABLE IF EXISTS activity_days, path_turns, path_runs, tool_call_pairs, imports, "
                           "session_ids, entries, sessions, alembic_version CASCADE"))
+        if conn.execute(text("SELECT to_regclass('usage_days')")).scalar() is not None:  # revision 0011's table
+            conn.execute(text("DROP TABLE usage_days"))
     engine.dispose()
     yield url
 

@@ -137,7 +137,12 @@ def test_current_path_migration_with_data(db_url: str) -> None:
 
 def test_kept_totals_migration_with_data(db_url: str) -> None:
     """0011 fills ``usage_days``, ``tool_call_pairs.path`` and the off-path totals from the stored
-    rows — the same figures the writes keep — and takes them away again."""
+    rows, and 0012 ``activity_days`` (``usage_days`` becoming its view) — the same figures the
+    writes keep — and each takes them away again (0012's down: ``usage_days`` a table of the
+    same rows)."""
+    activity = text("SELECT session_pk, day, provider, model, messages, user_messages, assistant_messages, "
+                    "tool_results, tool_calls, tool_errors, calls, input, round(cost * 1e9) FROM activity_days "
+                    "ORDER BY session_pk, day, provider, model")
     totals = text("SELECT session_pk, day, provider, model, calls, input, output, cache_read, cache_write, "
                   "round(cost * 1e9) FROM usage_days ORDER BY session_pk, day, provider, model")
     paths = text("SELECT session_pk, call_seq, call_index, path FROM tool_call_pairs "
@@ -150,12 +155,18 @@ def test_kept_totals_migration_with_data(db_url: str) -> None:
             except StoreError:  # files sharing a session id: the first one stays
                 continue
         with read_transaction(store.engine) as conn:
-            kept = [conn.execute(query).all() for query in (totals, paths, off_path)]
+            kept = [conn.execute(query).all() for query in (totals, paths, off_path, activity)]
         assert len(kept[0]) > 50 and any(row.path for row in kept[1]) and any(row[1] for row in kept[2])
+        assert len(kept[3]) > len(kept[0]) and any(row.tool_errors for row in kept[3])
         config = alembic_config(store.engine)
+        command.downgrade(config, "0011")
+        assert "usage_days" in inspect(store.engine).get_table_names()
+        assert "activity_days" not in inspect(store.engine).get_table_names()
+        with read_transaction(store.engine) as conn:
+            assert conn.execute(totals).all() == kept[0]
         command.downgrade(config, "0010")
         assert "usage_days" not in inspect(store.engine).get_table_names()
         assert "path" not in {c["name"] for c in inspect(store.engine).get_columns("tool_call_pairs")}
         command.upgrade(config, "head")
         with read_transaction(store.engine) as conn:
-            assert [conn.execute(query).all() for query in (totals, paths, off_path)] == kept
+            assert [conn.execute(query).all() for query in (totals, paths, off_path, activity)] == kept

@@ -111,7 +111,7 @@ def test_the_key_rule_fails_for_a_table_that_breaks_it(db_url: str) -> None:
 
 # ------------------------------------------------------------------------- hot paths, PostgreSQL
 SESSION_TABLES = {"sessions", "entries", "imports", "tool_call_pairs", "session_ids", "path_runs", "path_turns",
-                  "usage_days"}
+                  "activity_days"}
 
 
 class _Recording(psycopg.Cursor):

@@ -12,7 +12,7 @@ to a store at that URL instead (a PostgreSQL database, say: the client's instruc
 page size). ``searched``: each append is followed by a search, which first brings the full-text
 index up to date with the appended row (``fts.sync``); ``--text-chars`` makes each message that long.
 ``conversation``: single appends of a user message and an assistant answer with usage, in turn
-(what an agent writes: the usage adds to ``usage_days``, each user message starts a turn).
+(what an agent writes: each message adds to ``activity_days``, each user message starts a turn).
 """
 
 from __future__ import annotations

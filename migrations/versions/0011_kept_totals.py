@@ -6,8 +6,8 @@ stop reason, a call's arguments, parsed from ``facts``; whether a message is on 
 second on a quiet machine, several on a busy one, on either engine. This revision keeps what they
 need as rows are written:
 
-* ``usage_days``: usage totals per session, day, provider and model (``store.analysis.usage_days``;
-  filled here from the stored rows). Cost per model per day and the cache hit rate read it.
+* ``usage_days``: usage totals per session, day, provider and model (filled here from the stored
+  rows; revision 0012 makes it a view of ``activity_days``). Cost per model per day and the cache hit rate read it.
 * ``tool_call_pairs.path``: the call's ``path`` argument when it is a string (kept by
   ``store.analysis.pairs``; filled here from ``facts``). What files an agent touched reads it.
 * ``sessions.off_path_messages`` / ``off_path_cost``: the message rows off the current path and
@@ -34,8 +34,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from store.analysis import usage_days
 from store.db import current_path
+from store.db.writes import bindable_total, dbapi_sql
 
 revision = "0011"
 down_revision = "0010"
@@ -52,6 +52,8 @@ _PG_PATH = """UPDATE tool_call_pairs AS p SET path = e.facts -> 'toolCalls' -> p
 FROM entries AS e
 WHERE e.session_pk = p.session_pk AND e.seq = p.call_seq
   AND jsonb_typeof(e.facts -> 'toolCalls' -> p.call_index -> 'arguments' -> 'path') = 'string'"""
+_USAGE_ROWS = ("SELECT session_pk, timestamp, provider, model, usage_input, usage_output, usage_cache_read, "
+               "usage_cache_write, usage_cost FROM entries WHERE kind = 'entry' AND has_usage = 1")
 MODEL_ERRORS = "type = 'message' AND facts ->> 'stopReason' = 'error'"
 
 
@@ -76,7 +78,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("session_pk", "day", "provider", "model", name="pk_usage_days"),
         sqlite_with_rowid=False,
     )
-    usage_days.rebuild(conn)
+    _fill_usage_days(conn)
     op.create_table(
         "path_turns",
         _session_key("path_turns"),
@@ -95,6 +97,25 @@ def upgrade() -> None:
     current_path.refresh_all(conn)
     op.create_index("ix_entries_model_errors", "entries", ["session_pk"], sqlite_where=sa.text(MODEL_ERRORS),
                     postgresql_where=sa.text(MODEL_ERRORS))
+
+
+def _fill_usage_days(conn: sa.Connection) -> None:
+    """The usage rows added up per key, in Python: SQLite's ``sum()`` of integers fails past
+    BIGINT's range, where a few crafted rows can take it."""
+    totals: dict[tuple, list] = {}
+    for spk, timestamp, provider, model, *amounts in conn.exec_driver_sql(_USAGE_ROWS):
+        key = (spk, (timestamp or "")[:10], provider, model)
+        if (kept := totals.get(key)) is None:
+            totals[key] = [1, *amounts]
+        else:
+            kept[0] += 1
+            for i, amount in enumerate(amounts, 1):
+                kept[i] += amount
+    if totals:
+        sql = ("INSERT INTO usage_days (session_pk, day, provider, model, calls, input, output, cache_read, "
+               "cache_write, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        conn.exec_driver_sql(dbapi_sql(conn.dialect, sql),
+                             [(*key, *(bindable_total(conn.dialect, v) for v in kept)) for key, kept in totals.items()])
 
 
 def downgrade() -> None:

@@ -1,12 +1,14 @@
 """Usage, cost, messages and tool calls grouped by UTC day, model, cwd or tool (``pi-store stats --by``).
 
 The rows are those ``pi-store stats`` adds up (``store.analysis.stats``: every message and every
-usage-bearing entry of the files, abandoned branches and compacted history included), read from
-the ``activity`` view (migration 0007), so that each grouping's rows add up to the ``stats``
-totals:
+usage-bearing entry of the files, abandoned branches and compacted history included): the
+``activity`` view (migration 0007), so that each grouping's rows add up to the ``stats`` totals.
+Without a time window they are read already added up per session and day (``activity_days``,
+migration 0012: a few rows per session and day instead of every message); ``since`` / ``until``
+cut days apart, so a window groups the view's rows themselves. Either way:
 
 * ``day``: the first ten characters of the entry's ISO ``timestamp`` (Pi writes UTC), oldest
-  first; entries without a timestamp under ``None``, last;
+  first; entries without a timestamp (or with an empty one) under ``None``, last;
 * ``model``: ``provider/model`` billed for the row's usage (``model`` alone without a provider);
   messages without usage (user messages, most tool results) and compaction / branch-summary
   usage under ``None``; highest cost first;
@@ -47,6 +49,11 @@ _KEYS = {
         "CASE WHEN a.model IS NULL THEN NULL ELSE a.provider END, a.model",
     ),
 }
+# activity_days, with the view's columns: NULL where the view has NULL ('' in the key)
+_KEPT = """(SELECT k.session_pk, NULLIF(k.day, '') AS day, s.cwd, NULLIF(k.provider, '') AS provider,
+           NULLIF(k.model, '') AS model, k.messages, k.user_messages, k.assistant_messages, k.tool_results,
+           k.tool_calls, k.tool_errors, k.input, k.output, k.cache_read, k.cache_write, k.cost
+    FROM activity_days AS k JOIN sessions AS s ON s.pk = k.session_pk{where})"""
 # tool calls by name; the call's row gives the timestamp the window is applied to
 _TOOLS = """
 SELECT p.name, count(DISTINCT p.session_pk) AS sessions, count(*) AS tool_calls,
@@ -140,8 +147,12 @@ def breakdown(
             groups.sort(key=lambda g: (-g.tool_calls, g.key is None, g.key or ""))
         else:
             select, group = _KEYS[by]
+            if since is None and until is None:
+                source, where = _KEPT.format(where=where.format(t="k").replace(" AND", " WHERE", 1)), ""
+            else:
+                source = "activity"
             rows = conn.execute(
-                text(f"SELECT {select}, {_SUMS} FROM activity AS a WHERE 1 = 1{where.format(t='a')} GROUP BY {group}"),
+                text(f"SELECT {select}, {_SUMS} FROM {source} AS a WHERE 1 = 1{where.format(t='a')} GROUP BY {group}"),
                 params,
             ).all()
             groups = [_group(_key(by, r), r) for r in rows]

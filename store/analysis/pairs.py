@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Dialect
 
+from store.analysis import activity_days
 from store.db import writes
 from store.format.jsdate import parse_js_date
 
@@ -77,12 +78,15 @@ def _calls_and_answers(rows: Sequence[tuple]) -> Iterator[tuple[bool, tuple]]:
 
 def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
     """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
-    ``seq`` order per session) with each other and with the stored unanswered calls."""
+    ``seq`` order per session) with each other and with the stored unanswered calls, and count
+    the calls a failed result answers in their rows' ``activity_days``."""
     calls: list[tuple] = []
     answers: list[tuple] = []
     for is_call, values in _calls_and_answers(rows):
         (calls if is_call else answers).append(values)
     _write(cursor, dialect, calls, answers)
+    if failed := [(answer[4], answer[0]) for answer in answers if answer[1]]:  # their calls' activity
+        cursor.executemany(writes.dbapi_sql(dialect, activity_days.FAILED), failed)
 
 
 class SessionPairing:
@@ -110,6 +114,10 @@ class SessionPairing:
                     call_ms = pair[5]
                     pair[7:] = [result_seq, is_error, chars,
                                 None if result_ms is None or call_ms is None else result_ms - call_ms]
+
+    def failed_calls(self) -> list[tuple[int, int]]:
+        """``(session_pk, call_seq)`` of each call answered by a failed result so far."""
+        return [(pair[0], pair[1]) for pair in self._pairs if pair[8] == 1]
 
     def copy(self, cursor: Any) -> None:
         """Write the pairs (a psycopg cursor inside the rows' transaction, after the rows)."""

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Dialect
 from sqlalchemy.util import await_only
 
-from store.analysis import usage_days
+from store.analysis import activity_days
 from store.analysis.pairs import pair_inserted
 from store.db import current_path
 from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, without_path
@@ -49,18 +49,18 @@ WHERE pk = ?"""
 # session's lock) and, when it inserted, the session update
 _INSERT_NEW = (f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) SELECT {', '.join('?' for _ in ROW_COLUMNS)} "
                "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ?)")
-# ... and, in the same round trip, what the row adds to its day's usage (store.analysis.usage_days) and
-# to the path's turns (a linear append: store.db.current_path), when it adds anything
-_ADD_DAY = usage_days.ADD.replace(" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                  " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM new")
+# ... and, in the same round trip, what the row adds to its day's activity (store.analysis.activity_days)
+# and to the path's turns (a linear append: store.db.current_path), when it adds anything
+_VALUES = ", ".join("?" for _ in activity_days.KEY + activity_days.TOTALS)
+_ADD_DAY = activity_days.ADD.replace(f" VALUES ({_VALUES})", f" SELECT {_VALUES} FROM new")
 
 
 def _insert_new_sql(with_day: bool, turn: str | None) -> str:
-    """The single statement: the row (``new``), its day's usage, its turn (``turn``: one of
+    """The single statement: the row (``new``), its day's activity, its turn (``turn``: one of
     ``current_path``'s statements, which then only adds when the row was inserted), the session."""
     parts = [f"new AS ({_INSERT_NEW} RETURNING 1)"]
     if with_day:
-        parts.append(f"usage_day AS ({_ADD_DAY})")
+        parts.append(f"activity_day AS ({_ADD_DAY})")
     if turn is not None:
         parts.append(f"path_turn AS ({turn.format(source=' FROM new')})")
     return f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
@@ -120,21 +120,21 @@ class AppendCursor:
         return {row[0] for row in self._cursor.fetchall()}
 
     def insert(self, rows: list[tuple]) -> None:
-        """Insert ``entry_values`` tuples (pair their tool calls, add up their usage)."""
+        """Insert ``entry_values`` tuples (pair their tool calls, add up their activity)."""
         if rows:
             self._cursor.executemany(self._insert, rows if self._dialect.name == "sqlite" else without_path(rows))
             pair_inserted(self._cursor, self._dialect, rows)
-            usage_days.add_inserted(self._cursor, self._dialect, rows)
+            activity_days.add_inserted(self._cursor, self._dialect, rows)
 
     def insert_new(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None) -> bool:
         """Insert one entry's row (an ``entry_values`` tuple), pair its tool call or result, add
-        up its usage, add it to the path's turns (``turns``: the row's, when it lengthens the
+        up its activity, add it to the path's turns (``turns``: the row's, when it lengthens the
         path; else the caller refreshes the path) and apply ``changes`` (:func:`session_changes`)
         to the session row — unless the entry's id is already one of the session's: then nothing
         is written and the answer is False."""
         spk, entry_id = row[0], row[3]
         if self._one_statement:
-            day = usage_days.DayTotals()
+            day = activity_days.DayTotals()
             day.add([row])
             day_totals = day.parameters(self._dialect)
             (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
@@ -151,7 +151,7 @@ class AppendCursor:
                 return False
             self._cursor.execute(self._insert, row)
             self._cursor.execute(self._advance, changes)
-            usage_days.add_inserted(self._cursor, self._dialect, [row])
+            activity_days.add_inserted(self._cursor, self._dialect, [row])
             if turns is not None:
                 current_path.extend(self._cursor, self._dialect, spk, turns)
         pair_inserted(self._cursor, self._dialect, [row])

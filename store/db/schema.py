@@ -294,16 +294,23 @@ path_turns = Table(
     sqlite_with_rowid=False,
 )
 
-# Usage totals per session, day, provider and model (migration 0011, kept by
-# ``store.analysis.usage_days`` as rows are written): what ``usage_ledger`` holds, added up, so
-# that totals over time read a few rows per session and day instead of every usage row. ``day``
-# is the first ten characters of the rows' ``timestamp`` ('' for rows without one).
-usage_days = Table(
-    "usage_days", metadata,
+# The ``activity`` view added up per session, day, provider and model (migration 0012, kept by
+# ``store.analysis.activity_days`` as rows are written), so that totals over time read a few rows
+# per session and day instead of every message. ``day`` is the first ten characters of the rows'
+# ``timestamp`` ('' for rows without one); ``provider`` / ``model`` '' for rows without usage. The
+# view ``usage_days`` (revision 0011's table) is its rows with ``calls > 0``.
+activity_days = Table(
+    "activity_days", metadata,
     Column("session_pk", Integer, ForeignKey("sessions.pk", ondelete="CASCADE"), primary_key=True),
     Column("day", Text, primary_key=True),
     Column("provider", Text, primary_key=True),
     Column("model", Text, primary_key=True),
+    _required("messages", BigInteger, doc="messages of every role"),
+    _required("user_messages", BigInteger),
+    _required("assistant_messages", BigInteger),
+    _required("tool_results", BigInteger, doc="toolResult messages"),
+    _required("tool_calls", BigInteger, doc="tool calls of the assistant messages (tool_call_pairs rows)"),
+    _required("tool_errors", BigInteger, doc="of those, the calls whose result failed"),
     _required("calls", BigInteger, doc="usage rows (messages and other entries Pi's /session counts)"),
     _required("input", Tokens),
     _required("output", Tokens),

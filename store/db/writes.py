@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Dialect, insert
 from sqlalchemy.util import await_only
 
-from store.analysis import pairs, usage_days
+from store.analysis import activity_days, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values, text_path
 from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
@@ -112,8 +112,8 @@ COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
     """Insert ``entry_values`` tuples inside ``conn``'s transaction: the driver's ``executemany``
     (SQLite), ``COPY`` (PostgreSQL: one stream instead of a statement per row); then pair their
-    tool calls and results (``store.analysis.pairs``) and add up their usage
-    (``store.analysis.usage_days``)."""
+    tool calls and results (``store.analysis.pairs``) and add up their activity
+    (``store.analysis.activity_days``)."""
     cursor = conn.connection.dbapi_connection.cursor()
     if conn.dialect.name == "postgresql":
         if rows and conn.dialect.is_async:  # the asyncio adapter's cursor has no copy(): psycopg's own
@@ -127,7 +127,7 @@ def insert_rows(conn: Connection, rows: list[tuple], batch: int = 5000) -> None:
         for start in range(0, len(rows), batch):
             cursor.executemany(sql, rows[start:start + batch])
     pairs.pair_inserted(cursor, conn.dialect, rows)
-    usage_days.add_inserted(cursor, conn.dialect, rows)
+    activity_days.add_inserted(cursor, conn.dialect, rows)
 
 
 async def _copy_async(driver: Any, rows: list[tuple]) -> None:

@@ -49,7 +49,7 @@ from sqlalchemy.exc import DBAPIError
 from store.bulk import SessionWriter, advance_session, create_session, finish_session
 from store.db import queries
 from store.db.engine import is_sqlite, write_transaction
-from store.db.schema import entries, imports, sessions, usage_days
+from store.db.schema import activity_days, entries, imports, sessions
 from store.db.stored_text import db_text
 from store.errors import ImportFailed, SessionExists
 from store.format.lines import RawLine
@@ -198,7 +198,7 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
                 spk = session.pk
                 if not append:  # stored again from the whole file, under the same key
                     conn.execute(delete(entries).where(entries.c.session_pk == spk))
-                    conn.execute(delete(usage_days).where(usage_days.c.session_pk == spk))  # the rows' totals
+                    conn.execute(delete(activity_days).where(activity_days.c.session_pk == spk))  # the rows' totals
             job = Job(stream, decided.start, size, spk, str(path), strict, plan,
                       first_seq=session.last_seq + 1 if append and session is not None else 0, in_body=append,
                       derive_tree=append or (head.header is not None and (plan is None or plan.error is None)))

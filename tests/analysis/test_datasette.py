@@ -23,9 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import text
 
 from store.analysis import VIEWS, fts
 from store.cli import main
+from store.db.engine import read_transaction
 from store.errors import StoreError
 from store.session_store import SessionStore
 from tests.analysis.conftest import history_files
@@ -119,6 +121,16 @@ def test_the_metadata_is_applied(served) -> None:
     assert {"alembic_version", "fts_watermark", "entries_fts"} <= hidden
 
 
+# the canned queries as first written, over the activity view
+_USAGE_BY_DAY = """SELECT day, count(DISTINCT session_pk) AS sessions, sum(messages) AS messages,
+    sum(tool_calls) AS tool_calls, sum(tool_errors) AS tool_errors, sum(input) AS input, sum(output) AS output,
+    sum(cache_read) AS cache_read, sum(cache_write) AS cache_write, sum(tokens) AS tokens,
+    round(sum(cost), 10) AS cost FROM activity GROUP BY day ORDER BY day"""
+_COST_BY_MODEL = """SELECT provider, model, count(DISTINCT session_pk) AS sessions, sum(messages) AS messages,
+    sum(tool_calls) AS tool_calls, sum(tokens) AS tokens, round(sum(cost), 10) AS cost FROM activity
+    GROUP BY provider, model ORDER BY sum(cost) DESC"""
+
+
 def test_canned_queries_and_full_text_search(served) -> None:
     client, store = served
     by_day = fetch(client, "/history/usage_by_day.json?_shape=array")
@@ -127,6 +139,11 @@ def test_canned_queries_and_full_text_search(served) -> None:
     assert sum(row["tokens"] for row in by_day) == stats.tokens.total
     by_model = fetch(client, "/history/cost_by_model.json?_shape=array")
     assert sum(row["tool_calls"] for row in by_model) == stats.tool_calls
+    # what the kept totals give is what the activity view gives, summed from every row
+    with read_transaction(store.engine) as conn:
+        assert by_day == [dict(row._mapping) for row in conn.execute(text(_USAGE_BY_DAY))]
+        reference = [repr(dict(row._mapping)) for row in conn.execute(text(_COST_BY_MODEL))]
+        assert sorted(map(repr, by_model)) == sorted(reference)  # (groups of equal cost: any order)
     assert fetch(client, "/history/tools_that_fail_most.json?_shape=array")
     ours = {hit.entry_id for hit in store.search(WORD, limit=1000)}
     assert ours

@@ -1,5 +1,6 @@
-"""What migration 0011 keeps at write time: ``usage_days`` (usage totals per session, day, provider
-and model), ``tool_call_pairs.path``, the off-path totals and turns of each session's current
+"""What migrations 0011 and 0012 keep at write time: ``activity_days`` (the ``activity`` view added
+up per session, day, provider and model; its usage part is the view ``usage_days``),
+``tool_call_pairs.path``, the off-path totals and turns of each session's current
 path, and the partial index of model errors. Each must equal what
 the views give when computed from every row (the references below), on the fixtures and the
 corpus, and after appends (single, batched, async), re-imports, replacements, prunes, deletes and
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from store.analysis import usage_days
+from store.analysis import activity_days
 from store.analysis.backfill import recompute_analysis
 from store.db import current_path
 from store.db.engine import is_sqlite, read_transaction, write_transaction
@@ -37,6 +38,16 @@ GROUP BY session_pk, coalesce(substr(timestamp, 1, 10), ''), coalesce(provider, 
 """
 _KEPT_DAYS = ("SELECT session_pk, day, provider, model, calls, input, output, cache_read, cache_write, cost "
               "FROM usage_days")
+# the activity view added up by the same key
+_SUMMED = ("messages", "user_messages", "assistant_messages", "tool_results", "tool_calls", "tool_errors",
+           "input", "output", "cache_read", "cache_write", "cost")
+_REFERENCE_ACTIVITY = f"""
+SELECT session_pk, coalesce(day, '') AS day, coalesce(provider, '') AS provider, coalesce(model, '') AS model,
+       {', '.join(f'sum({c})' for c in _SUMMED)}
+FROM activity
+GROUP BY session_pk, coalesce(day, ''), coalesce(provider, ''), coalesce(model, '')
+"""
+_KEPT_ACTIVITY = f"SELECT session_pk, day, provider, model, {', '.join(_SUMMED)} FROM activity_days"
 
 
 def _number(value: Any) -> Any:
@@ -88,11 +99,12 @@ def _paths(conn) -> tuple[list, list]:
 
 
 def assert_kept(store: SessionStore) -> int:
-    """usage_days, the off-path totals and the paths equal their references; returns the number
-    of usage_days rows."""
+    """activity_days, usage_days, the off-path totals and the paths equal their references;
+    returns the number of usage_days rows."""
     with read_transaction(store.engine) as conn:
         kept, expected = _days(conn, _KEPT_DAYS), _days(conn, _REFERENCE_DAYS)
         assert kept == expected
+        assert _days(conn, _KEPT_ACTIVITY) == _days(conn, _REFERENCE_ACTIVITY)
         assert _days(conn, _KEPT_OFF_PATH) == _days(conn, _REFERENCE_OFF_PATH)
         assert _days(conn, _KEPT_TURNS) == _days(conn, _REFERENCE_TURNS)
         paths, expected_paths = _paths(conn)
@@ -110,10 +122,10 @@ def test_kept_totals_equal_the_views_on_fixtures_and_corpus(history: History) ->
 
 def test_rebuild_gives_what_writes_kept(history: History) -> None:
     with read_transaction(history.store.engine) as conn:
-        kept = _days(conn, _KEPT_DAYS)
+        kept = _days(conn, "SELECT * FROM activity_days")
     with write_transaction(history.store.engine) as conn:
-        usage_days.rebuild(conn)
-        assert _days(conn, _KEPT_DAYS) == kept
+        activity_days.rebuild(conn)
+        assert _days(conn, "SELECT * FROM activity_days") == kept
         conn.rollback()
 
 
@@ -150,6 +162,17 @@ def test_appends_batches_branches_and_compactions(store: SessionStore, clock) ->
         off_path = conn.execute(text("SELECT off_path_messages, off_path_cost FROM sessions")).one()
     assert [(calls, round(cost, 9)) for _day, calls, cost in by_day] == [(3, 0.875), (4, 7.001)]
     assert (off_path[0], round(off_path[1], 9)) == (5, 1.626)  # two answers, the batch's three rows (one call at 0.001)
+    manager.append_message(_assistant(("c2", "bash"), ("c3", "edit"), ("c4", "read")))
+    clock.now += 86_400_000  # the results come a day after their calls: their failures count on the calls' day
+    manager.append_message(_result("c2", True))
+    with manager.batch():
+        manager.append_message(_result("c3", True))
+        manager.append_message(_result("c4", False))
+    assert assert_kept(store) == 5  # (the calls' message has the batch call's key)
+    with read_transaction(store.engine) as conn:
+        by_day = conn.execute(text("SELECT day, sum(messages), sum(tool_calls), sum(tool_errors), sum(tool_results) "
+                                   "FROM activity_days GROUP BY day ORDER BY day")).all()
+    assert [tuple(map(int, row[1:])) for row in by_day] == [(4, 0, 0, 0), (6, 4, 2, 1), (3, 0, 0, 3)]
 
 
 def test_reimport_replacement_prune_delete_and_recompute(store: SessionStore, tmp_path: Path, clock) -> None:
