@@ -1,11 +1,11 @@
 """The analysis surface: SQL views, full-text search, usage statistics, session listing.
 
 The schema objects live in migrations 0003, 0006, 0007 and 0009–0012 (SQLite: long texts kept
-once; totals kept as rows are written; ``docs/sql.md`` documents them); this package holds what runs against them: ``extract``
-(the analysis columns of a row, computed on write), ``fts`` / ``search`` (full-text search with
-provenance), ``stats`` (``/session`` totals), ``breakdown`` (``stats --by``), ``readonly``
-(``pi-store sql``), ``listing`` (``pi-store list``), ``pairs`` / ``activity_days`` (what is kept as
-rows are written) and ``backfill`` (recomputing).
+once; totals kept as rows are written; ``docs/sql.md`` documents them); this package holds what
+runs against them: ``extract`` (the analysis columns of a row, computed on write), ``fts`` /
+``search`` (full-text search with provenance), ``stats`` (``/session`` totals), ``breakdown``
+(``stats --by``), ``readonly`` (``pi-store sql``), ``listing`` (``pi-store list``), ``pairs`` /
+``activity_days`` (what is kept as rows are written) and ``backfill`` (recomputing).
 """
 # The documented views (docs/sql.md), in the order the documentation lists them.
 VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels",

@@ -101,7 +101,7 @@ class DayTotals:
             key = (row[spk_at], (row[ts_at] or "")[:10], row[provider_at], row[model_at])
             if calls and self._call_keys is not None:
                 self._call_keys[row[spk_at], row[seq_at]] = key
-            self._add(key, message, role, calls, 0, usage, [row[at] for at in amounts_at])
+            self._add(key, message, role, calls, 0, usage, [row[at] for at in amounts_at] if usage else ())
 
     def fail(self, calls: Iterable[tuple[int, int]]) -> None:
         """Count failed results of calls added here (``(session_pk, call_seq)``, one per call)."""
@@ -110,7 +110,7 @@ class DayTotals:
             self._totals[self._call_keys[call]][5] += 1
 
     def _add(self, key: tuple, message: bool, role: str | None, calls: int, errors: int, usage: bool,
-             amounts: list) -> None:
+             amounts: Sequence) -> None:
         totals = self._totals.get(key)
         if totals is None:
             totals = self._totals[key] = [0] * len(TOTALS)
@@ -127,15 +127,21 @@ class DayTotals:
                 totals[i] += amount
 
     def parameters(self, dialect: Dialect) -> list[tuple]:
-        """One ``ADD`` parameter tuple per key."""
-        bindable = writes.bindable_total
-        return [(*key, *(bindable(dialect, v) for v in totals)) for key, totals in self._totals.items()]
+        """One ``ADD`` parameter tuple per key (token sums past BIGINT as SQLite can bind them;
+        the counts cannot get there: they count rows)."""
+        if dialect.name != "sqlite":
+            return [(*key, *totals) for key, totals in self._totals.items()]
+        bindable = writes.sqlite_bindable
+        return [(*key, *totals[:7], bindable(totals[7]), bindable(totals[8]), bindable(totals[9]), bindable(totals[10]),
+                 totals[11]) for key, totals in self._totals.items()]
 
     def write(self, cursor: Any, dialect: Dialect) -> None:
         """Add the totals to the stored ones (inside the rows' transaction), and start again."""
-        if self._totals:
+        if len(self._totals) == 1:  # (one row's: an append)
+            cursor.execute(add_sql(dialect), self.parameters(dialect)[0])
+        elif self._totals:
             cursor.executemany(add_sql(dialect), self.parameters(dialect))
-            self._totals = {}
+        self._totals = {}
         if self._call_keys:
             self._call_keys = {}
 

@@ -96,7 +96,12 @@ def bindable_total(dialect: Dialect, value: int | float) -> int | float:
     """A sum of BIGINT counts as ``dialect``'s driver can bind it: on SQLite, past BIGINT's range,
     the REAL its own integer arithmetic would make of it (PostgreSQL's columns for such sums are
     ``numeric``)."""
-    if dialect.name == "sqlite" and value.__class__ is int and not -_BIGINT - 1 <= value <= _BIGINT:
+    return sqlite_bindable(value) if dialect.name == "sqlite" else value
+
+
+def sqlite_bindable(value: int | float) -> int | float:
+    """:func:`bindable_total` on SQLite."""
+    if value.__class__ is int and not -_BIGINT - 1 <= value <= _BIGINT:
         return float(value)
     return value
 
