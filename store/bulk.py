@@ -25,7 +25,7 @@ from store.db import current_path
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
-from store.db.writes import COPY_ROWS, dbapi_sql, entry_values, insert_rows, insert_session
+from store.db.writes import COPY_ROWS, ROW_COLUMNS, dbapi_sql, entry_values, insert_rows, insert_session
 from store.format.jsdate import parse_js_date, storable_ms
 from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
@@ -44,6 +44,7 @@ from store.tree_columns import (
 CHUNK_ROWS = 2000
 _INT32 = (-(2**31), 2**31 - 1)  # the range of an INTEGER column on PostgreSQL
 _IN_LIST = 500  # ids per IN (...) list
+_KIND_AT, _RUN_START_AT = ROW_COLUMNS.index("kind"), ROW_COLUMNS.index("run_start")
 
 _RELINK = """UPDATE entries SET parent_seq = ?, depth = ?, run_start = ?, compaction_seq = ?, thinking_seq = ?,
 model_seq = ? WHERE session_pk = ? AND seq = ?"""
@@ -63,6 +64,9 @@ class RowsSummary:
     named: bool = False  # a session_info entry was among the rows
     listing: ListingState = field(default_factory=ListingState)
     tree: TreeOutcome | None = None
+    # rows appended to a stored session that only lengthen its path (``SessionWriter.finish``):
+    # the turns they add to it; None when the path must be walked again
+    path_growth: current_path.PathTurns | None = None
 
 
 class RowBuilder:
@@ -136,6 +140,9 @@ class SessionWriter:
         self._activity = DayTotals(failures=True)  # with _pairing: the activity totals, written at the end too
         self._copying = ExitStack()  # the open COPY of the rows, with _pairing
         self._copy: Any = None
+        # appends: the turns of the rows, and the run of the last entry row among them (the leaf)
+        self._turns = current_path.PathTurns() if first_seq else None
+        self._leaf_run: tuple[int | None] | None = None
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -144,6 +151,12 @@ class SessionWriter:
         self._copying.__exit__(*exc_info)  # an exception aborts an open COPY (psycopg sends CopyFail)
 
     def insert(self, values: list[tuple]) -> None:
+        if self._turns is not None:
+            self._turns.add_rows(values)
+            for row in reversed(values):
+                if row[_KIND_AT] == ENTRY:
+                    self._leaf_run = (row[_RUN_START_AT],)
+                    break
         if self._pairing is None:
             insert_rows(self.conn, values)
             return
@@ -167,6 +180,7 @@ class SessionWriter:
         outcome = summary.tree
         if outcome is None:
             return []
+        summary.path_growth = self._path_growth(outcome)
         if outcome.superseded:
             self._cursor.executemany(dbapi_sql(self.conn.dialect, _SUPERSEDE),
                                      [(True, self.session_pk, seq) for seq in outcome.superseded])
@@ -174,6 +188,17 @@ class SessionWriter:
         if outcome.late_ids:
             problems += self._relink(outcome.late_ids, summary.first_seq + summary.rows)
         return [LineWarning(problem.seq + 1, problem.reason) for problem in problems]
+
+    def _path_growth(self, outcome: TreeOutcome) -> current_path.PathTurns | None:
+        """The appended rows' turns when they only lengthen the stored path: no stored row moves
+        (no late id, no superseded duplicate) and the leaf's run, if an entry was appended,
+        starts before them (``current_path.moved_run``); else None."""
+        if self._turns is None or outcome.late_ids or outcome.superseded:
+            return None
+        if self._leaf_run is not None and (
+                self._leaf_run[0] is None or current_path.moved_run(self.first_seq, self._leaf_run[0])):
+            return None
+        return self._turns
 
     def _relink(self, late_ids: set[str], row_count: int) -> list:
         """Give the rows naming ``late_ids`` Pi's final answer — the last row with the id — and
@@ -328,7 +353,10 @@ def advance_session(conn: Connection, session_pk: int, summary: RowsSummary) -> 
         name=(_db_text(listing.name),) if summary.named else None,
         conversation=summary.conversation, listable=listing.pi_listable,
     )
-    current_path.refresh_on(conn, session_pk)  # the new rows may also have relinked stored ones
+    if summary.path_growth is not None:  # the path only grew: add its new turns
+        current_path.extend(conn.connection.dbapi_connection.cursor(), conn.dialect, session_pk, summary.path_growth)
+    else:  # a new run, or the new rows relinked stored ones
+        current_path.refresh_on(conn, session_pk)
 
 
 def store_session_rows(conn: Connection, session_id: str, head: dict | None, rows: list[LineRow], *, pi_valid: bool,

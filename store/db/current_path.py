@@ -13,8 +13,9 @@ writers call it after the session row has its new ``leaf_seq``:
 
 * ``SessionManager`` (appends, batches, branches with a summary; the async API wraps it) when the
   new leaf's run starts among the appended rows (:func:`moved_run`);
-* ``store.bulk.finish_session`` / ``advance_session`` (imports, re-imports, sessions made from
-  entries): always, the tree of the stored rows may have been relinked;
+* ``store.bulk.finish_session`` (imports, re-imports, sessions made from entries): always;
+  ``advance_session`` (a synced file that grew) unless its new lines only lengthen the path —
+  no new run, no stored row relinked by them — when it adds their turns (:func:`extend`);
 * ``store.retention`` after a prune renumbers the kept rows.
 
 Deleting a session deletes its rows (``ON DELETE CASCADE`` from ``sessions``).

@@ -147,6 +147,47 @@ def test_a_linear_append_writes_no_path_row(tmp_path: Path) -> None:
         assert assert_same_as_reference(store) == 2
 
 
+def test_a_file_that_grew_along_its_path_writes_no_path_row(tmp_path: Path) -> None:
+    """A synced file whose new lines only lengthen the path adds to its turns and leaves
+    ``path_runs`` alone (triggers count the writes, SQLite); new lines that branch, name an id
+    defined later, or define an id again make the import walk the path again. After each, the
+    runs, the turns and the off-path totals are what the walk and the views give."""
+    from tests.analysis.test_kept_totals import assert_kept
+    from tests.analysis.test_tool_call_pairs import _message
+
+    now = 1_800_000_000_000
+    source = _branched_file(tmp_path / "tp.jsonl", now)
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.import_file(source)
+        with store.engine.begin() as conn:
+            conn.execute(text("CREATE TABLE path_writes (n INTEGER NOT NULL)"))
+            conn.execute(text("INSERT INTO path_writes VALUES (0)"))
+            for event in ("INSERT", "DELETE", "UPDATE"):
+                conn.execute(text(f"CREATE TRIGGER count_{event.lower()} AFTER {event} ON path_runs "
+                                  "BEGIN UPDATE path_writes SET n = n + 1; END"))
+
+        def grow(*lines: str) -> int:
+            with source.open("a", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in lines))
+            assert store.import_file(source).status == "appended"
+            assert_same_as_reference(store)
+            assert_kept(store)
+            with read_transaction(store.engine) as conn:
+                return conn.execute(text("SELECT n FROM path_writes")).scalar_one()
+
+        assert grow(_message("g1", "u2", now + 1, _user("more")),
+                    _message("g2", "g1", now + 2, _assistant(("k1", "read"))),
+                    _message("g3", "g2", now + 3, _result("k1", True))) == 0
+        assert grow(_message("g4", "g3", now + 4, _user("and more"))) == 0
+        assert grow(_message("h1", "u1", now + 5, _user("a branch from the start"))) > 0  # a new run
+        grow(_message("o1", "z1", now + 6, _user("names an id no line has yet")))
+        written = grow(_message("p1", "h1", now + 7, _user("back below h1")))
+        assert grow(_message("z1", "p1", now + 8, _user("defines z1: o1 moves below it"))) > written  # a late id
+        written = grow(_message("q1", "z1", now + 9, _user("linear")))
+        assert grow(_message("q2", "q1", now + 10, _user("linear"))) == written
+        assert grow(_message("o1", "q2", now + 11, _user("o1 again"))) > written  # a superseded duplicate
+
+
 def test_reimport_replacement_prune_and_delete(store: SessionStore, tmp_path: Path, clock) -> None:
     now = clock.now  # (the clock moves with every append: the file's lines must not)
     source = _branched_file(tmp_path / "tp.jsonl", now)
