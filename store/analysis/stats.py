@@ -4,7 +4,9 @@ Pi counts over every entry of the file, abandoned branches and compacted history
 messages by role, tool-call blocks of assistant messages, and the usage of assistant messages,
 tool results that carry usage, ``usage`` entries and compaction / branch-summary usage (the rows
 with ``has_usage = 1``). A session's totals are added in file order, as Pi adds them (so the
-cost is the same double); the per-model rows and the all-sessions totals are SQL sums. Every
+cost is the same double); the per-model rows are SQL sums; the all-sessions statistics are read
+from the totals kept per session and day (``activity_days``, migration 0012: the same rows
+added up as they were written), not from every row. Every
 cost is reported rounded to 1e-10 (``store.money``), so it does not depend on the order of the sum.
 """
 
@@ -83,7 +85,22 @@ def session_stats(engine: Engine, session_id: str | None = None) -> SessionStats
         return _stats(conn, session_id, session_pk)
 
 
+# all sessions: the same sums, from the totals kept per session and day (migration 0012)
+_KEPT_COUNTS = """SELECT coalesce(sum(messages), 0) AS total, coalesce(sum(user_messages), 0) AS user_messages,
+       coalesce(sum(assistant_messages), 0) AS assistant_messages, coalesce(sum(tool_results), 0) AS tool_results,
+       coalesce(sum(tool_calls), 0) AS tool_calls
+FROM activity_days"""
+_KEPT_MODELS = """SELECT NULLIF(provider, '') AS provider, NULLIF(model, '') AS model, sum(calls) AS records,
+       sum(input) AS input, sum(output) AS output, sum(cache_read) AS cache_read, sum(cache_write) AS cache_write,
+       sum(cost) AS cost
+FROM activity_days WHERE calls > 0
+GROUP BY provider, model ORDER BY cost DESC, provider, model"""
+
+
 def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> SessionStats:
+    if session_pk is None:
+        return _totals(session_id, queries.session_count(conn), conn.execute(text(_KEPT_COUNTS)).one(),
+                       conn.execute(text(_KEPT_MODELS)).all(), None)
     params = {"spk": session_pk}
     only = " AND session_pk = :spk" if session_pk is not None else ""
     calls = ("json_array_length(facts, '$.toolCalls')" if is_sqlite(conn)
@@ -102,23 +119,27 @@ def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> 
                sum(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
         FROM entries WHERE has_usage = 1{only}
         GROUP BY provider, model ORDER BY cost DESC, provider, model"""), params).all()
-    if session_pk is not None:  # in file order, like Pi
-        sums = [0, 0, 0, 0, 0.0]
-        for row in conn.execute(text(
-            "SELECT usage_input, usage_output, usage_cache_read, usage_cache_write, usage_cost FROM entries "
-            "WHERE session_pk = :spk AND has_usage = 1 ORDER BY seq"
-        ), params):
-            for index, value in enumerate(row):
-                sums[index] += value
-    else:
+    sums = [0, 0, 0, 0, 0.0]  # in file order, like Pi
+    for row in conn.execute(text(
+        "SELECT usage_input, usage_output, usage_cache_read, usage_cache_write, usage_cost FROM entries "
+        "WHERE session_pk = :spk AND has_usage = 1 ORDER BY seq"
+    ), params):
+        for index, value in enumerate(row):
+            sums[index] += value
+    return _totals(session_id, 1, counts, models, sums)
+
+
+def _totals(session_id: str | None, sessions: int, counts, models: list, sums: list | None) -> SessionStats:
+    """The statistics from the message counts, the per-model rows and the totals (``sums``:
+    input, output, cache read, cache write, cost; None: the per-model rows added up)."""
+    if sums is None:
         sums = [sum(m[i] for m in models) for i in range(3, 8)]
-    sessions_counted = queries.session_count(conn) if session_pk is None else 1
     return SessionStats(
-        session_id=session_id, sessions=sessions_counted,
+        session_id=session_id, sessions=sessions,
         user_messages=int(counts.user_messages), assistant_messages=int(counts.assistant_messages),
-        tool_calls=int(counts.tool_calls), tool_results=int(counts.tool_results), total_messages=counts.total,
+        tool_calls=int(counts.tool_calls), tool_results=int(counts.tool_results), total_messages=int(counts.total),
         tokens=Tokens(*(int(v) for v in sums[:4])), cost=reported_cost(sums[4]),
-        models=[ModelUsage(m.provider, m.model, m.records,
+        models=[ModelUsage(m.provider, m.model, int(m.records),
                            Tokens(int(m.input), int(m.output), int(m.cache_read), int(m.cache_write)),
                            reported_cost(m.cost))
                 for m in models],

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from store.analysis.stats import Tokens
 from store.db.engine import read_transaction
 from store.money import reported_cost
 from tests.analysis.conftest import History
@@ -79,9 +80,19 @@ def test_all_sessions_stats_add_up(history: History) -> None:
     total = history.store.stats()
     assert total.sessions == len(rows(history, "SELECT pk FROM sessions"))
     singles = [history.store.stats(sid) for sid in history.files]
-    assert total.total_messages == sum(s.total_messages for s in singles)
-    assert total.tokens.total == sum(s.tokens.total for s in singles)
+    for counted in ("total_messages", "user_messages", "assistant_messages", "tool_calls", "tool_results"):
+        assert getattr(total, counted) == sum(getattr(s, counted) for s in singles), counted
+    assert total.tokens == Tokens(*(sum(getattr(s.tokens, t) for s in singles)
+                                    for t in ("input", "output", "cache_read", "cache_write")))
     assert math.isclose(total.cost, sum(s.cost for s in singles), rel_tol=1e-9)
+    # (the all-sessions figures are read from activity_days: the per-model rows too)
+    records: dict[tuple, list] = {}
+    for single in singles:
+        for m in single.models:
+            kept = records.setdefault((m.provider, m.model), [0, 0])
+            kept[0] += m.records
+            kept[1] += m.tokens.total
+    assert {(m.provider, m.model): [m.records, m.tokens.total] for m in total.models} == records
 
 
 def test_on_path_and_latest_compaction_follow_pi(history: History) -> None:
