@@ -103,6 +103,13 @@ class DayTotals:
                 self._call_keys[row[spk_at], row[seq_at]] = key
             self._add(key, message, role, calls, 0, usage, [row[at] for at in amounts_at] if usage else ())
 
+    def add_stored(self, rows: Iterable[tuple]) -> None:
+        """Add ``_STORED_ROWS`` rows (the view's rows of stored sessions, tool calls counted)."""
+        for spk, timestamp, type_, role, provider, model, usage, *amounts, calls, errors in rows:
+            message = type_ == "message"
+            self._add((spk, (timestamp or "")[:10], provider, model), message, role if message else None,
+                      calls, errors, usage == 1, amounts)
+
     def fail(self, calls: Iterable[tuple[int, int]]) -> None:
         """Count failed results of calls added here (``(session_pk, call_seq)``, one per call)."""
         assert self._call_keys is not None, "DayTotals(failures=True) remembers the calls' keys"
@@ -169,6 +176,25 @@ def rebuild(conn: Connection) -> None:
     _rebuild(conn, "", ())
 
 
+def recounted(conn: Connection, session_pk: int) -> dict[tuple, list]:
+    """The session's totals as its rows and pairs give them, by key (``TOTALS`` order); nothing
+    is written (``verify``)."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    cursor.execute(writes.dbapi_sql(conn.dialect, _STORED_ROWS.format(where=" AND e.session_pk = ?")),
+                   (session_pk,))
+    totals = DayTotals()
+    totals.add_stored(cursor.fetchall())
+    return totals._totals
+
+
+def stored(conn: Connection, session_pk: int) -> dict[tuple, list]:
+    """The session's ``activity_days`` rows, by key (``TOTALS`` order)."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    cursor.execute(writes.dbapi_sql(conn.dialect, f"SELECT {', '.join(KEY + TOTALS)} FROM activity_days "
+                                    "WHERE session_pk = ?"), (session_pk,))
+    return {tuple(row[:4]): list(row[4:]) for row in cursor.fetchall()}
+
+
 def _rebuild(conn: Connection, where: str, parameters: tuple) -> None:
     cursor = conn.connection.dbapi_connection.cursor()
     cursor.execute(writes.dbapi_sql(conn.dialect, "DELETE FROM activity_days WHERE true"
@@ -177,8 +203,5 @@ def _rebuild(conn: Connection, where: str, parameters: tuple) -> None:
     writer = conn.connection.dbapi_connection.cursor()
     while rows := cursor.fetchmany(10_000):
         totals = DayTotals()  # a key split between two batches is added to by the second (an upsert)
-        for spk, timestamp, type_, role, provider, model, usage, *amounts, calls, errors in rows:
-            message = type_ == "message"
-            totals._add((spk, (timestamp or "")[:10], provider, model), message, role if message else None,
-                        calls, errors, usage == 1, amounts)
+        totals.add_stored(rows)
         totals.write(writer, conn.dialect)

@@ -102,7 +102,12 @@ class SessionPairing:
     def add(self, rows: Sequence[tuple]) -> None:
         """Pair the calls and results among ``rows`` (``ROW_COLUMNS`` tuples, the session's next
         rows in ``seq`` order) with each other and with the earlier rows' unanswered calls."""
-        for is_call, values in _calls_and_answers(rows):
+        self._pair(_calls_and_answers(rows))
+
+    def _pair(self, found: Iterable[tuple[bool, tuple]]) -> None:
+        """Pair calls (``True``, ``_INSERT`` parameters) and results (``False``, ``_ANSWER``
+        parameters), given in row order."""
+        for is_call, values in found:
             if is_call:
                 pair = [*values, None, None, None, None]
                 self._pairs.append(pair)
@@ -128,6 +133,34 @@ class SessionPairing:
         self._pairs, self._open = [], {}
 
 
+def recounted(conn: Connection, session_pk: int) -> list[tuple]:
+    """The session's pairs as its stored rows give them (``_PAIR_COLUMNS`` tuples, in call
+    order), paired in memory: nothing is written (``verify``)."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    cursor.execute(writes.dbapi_sql(conn.dialect, _SESSION_ROWS), (session_pk,))
+    pairing = SessionPairing()
+    pairing._pair(_stored_calls_and_answers(session_pk, cursor.fetchall()))
+    return [tuple(pair) for pair in pairing._pairs]
+
+
+def stored(conn: Connection, session_pk: int) -> list[tuple]:
+    """The session's ``tool_call_pairs`` rows (``_PAIR_COLUMNS`` tuples, in call order)."""
+    cursor = conn.connection.dbapi_connection.cursor()
+    cursor.execute(writes.dbapi_sql(conn.dialect, f"SELECT {', '.join(_PAIR_COLUMNS)} FROM tool_call_pairs "
+                                    "WHERE session_pk = ? ORDER BY call_seq, call_index"), (session_pk,))
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+def _stored_calls_and_answers(session_pk: int, rows: Iterable[tuple]) -> Iterator[tuple[bool, tuple]]:
+    """:func:`_calls_and_answers` of ``_SESSION_ROWS`` rows."""
+    for seq, role, timestamp, facts, chars in rows:
+        if role == "assistant":
+            for call in _calls(session_pk, seq, timestamp, facts):
+                yield True, call
+        elif (answer := _answer(session_pk, seq, timestamp, facts, chars)) is not None:
+            yield False, answer
+
+
 def rebuild_session(conn: Connection, session_pk: int, *, paths: bool = True) -> None:
     """Pair one session's calls and results again from its rows (inside the caller's transaction;
     ``paths``: the table has revision 0011's ``path``)."""
@@ -137,11 +170,8 @@ def rebuild_session(conn: Connection, session_pk: int, *, paths: bool = True) ->
     cursor.execute(writes.dbapi_sql(conn.dialect, _SESSION_ROWS), (session_pk,))
     calls: list[tuple] = []
     answers: list[tuple] = []
-    for seq, role, timestamp, facts, chars in cursor.fetchall():
-        if role == "assistant":
-            calls.extend(_calls(session_pk, seq, timestamp, facts))
-        elif (answer := _answer(session_pk, seq, timestamp, facts, chars)) is not None:
-            answers.append(answer)
+    for is_call, values in _stored_calls_and_answers(session_pk, cursor.fetchall()):
+        (calls if is_call else answers).append(values)
     if not paths:
         calls = [call[:-1] for call in calls]
     _write(cursor, conn.dialect, calls, answers, _INSERT if paths else _INSERT_0006)

@@ -57,6 +57,8 @@ JOIN entries AS e ON e.session_pk = r.session_pk AND e.seq >= r.first_seq AND e.
 WHERE r.session_pk = :spk AND e.kind = 'entry' AND e.type = 'message'
 ORDER BY e.seq"""
 _DELETE_TURNS = "DELETE FROM path_turns WHERE session_pk = :spk"
+_MESSAGES = ("SELECT count(*), coalesce(sum(usage_cost), 0) FROM entries "
+             "WHERE session_pk = ? AND kind = 'entry' AND type = 'message'")
 _INSERT_TURN = ("INSERT INTO path_turns (session_pk, turn, prompt_seq, steps, output_tokens, cost) "
                 "VALUES (?, ?, ?, ?, ?, ?)")
 # a linear append's rows, added to the path's last turn, or starting the next one (a user
@@ -197,3 +199,36 @@ def moved_run(first_appended_seq: int, leaf_run_start: int) -> bool:
     just before the first appended one through parent links, so that row is an entry, the
     previous leaf, and the leaf's run is the one it was in."""
     return leaf_run_start >= first_appended_seq
+
+
+def recounted(conn: Connection, session_pk: int, leaf_seq: int | None) -> tuple[list, list, tuple]:
+    """What :func:`refresh` would keep for the session, from a walk of its rows — its runs
+    (``path_runs`` rows), its turns (``path_turns`` rows) and its off-path messages and cost —
+    without writing (``verify``)."""
+    runs = [(first, last) for first, last in queries.path_runs(conn, session_pk, leaf_seq)]
+    if runs:
+        runs[-1] = (runs[-1][0], None)  # the leaf's run is kept open
+    turns = PathTurns()
+    on_path, on_path_cost = 0, 0.0
+    for seq, kind, entry_type, role, output, cost in queries.path_rows(
+            conn, session_pk, leaf_seq, "seq", "kind", "type", "role", "usage_output", "usage_cost"):
+        if kind == "entry" and entry_type == "message":
+            turns.add(seq, role, output, cost)
+            on_path, on_path_cost = on_path + 1, on_path_cost + cost
+    first = 0 if not turns.turns or not turns.turns[0][0] else 1
+    turn_rows = [(number, prompt_seq, steps, output, cost)
+                 for number, (_starts, prompt_seq, steps, output, cost) in enumerate(turns.turns, first)]
+    messages, cost = conn.exec_driver_sql(writes.dbapi_sql(conn.dialect, _MESSAGES), (session_pk,)).one()
+    return sorted(runs, key=repr), turn_rows, (messages - on_path, cost - on_path_cost)
+
+
+def stored(conn: Connection, session_pk: int) -> tuple[list, list, tuple]:
+    """The session's kept runs, turns and off-path totals, as :func:`recounted` gives them."""
+    runs = conn.exec_driver_sql(writes.dbapi_sql(
+        conn.dialect, "SELECT first_seq, last_seq FROM path_runs WHERE session_pk = ?"), (session_pk,)).all()
+    turns = conn.exec_driver_sql(writes.dbapi_sql(
+        conn.dialect, "SELECT turn, prompt_seq, steps, output_tokens, cost FROM path_turns WHERE session_pk = ? "
+        "ORDER BY turn"), (session_pk,)).all()
+    off_path = conn.exec_driver_sql(writes.dbapi_sql(
+        conn.dialect, "SELECT off_path_messages, off_path_cost FROM sessions WHERE pk = ?"), (session_pk,)).one()
+    return sorted(map(tuple, runs), key=repr), [tuple(row) for row in turns], tuple(off_path)

@@ -10,8 +10,9 @@ Each session gets one verdict:
   in the form ``JSON.stringify`` writes, ``\\n``-ended, as Pi writes them;
 * **api** — created through the API (no file): every line is in that form;
 * **damaged** — anything else: the file's part differs, rows are missing, a line is not what the
-  store writes, the tree columns do not re-derive from the lines, or the database reports an
-  error reading the session.
+  store writes, the tree columns do not re-derive from the lines, the totals kept as rows are
+  written (tool-call pairs, the current path's runs and turns, the off-path totals, the activity
+  per day) differ from what the rows give, or the database reports an error reading the session.
 
 For every session whose file Pi would open, the derived columns (parent row, depth, runs, latest
 compaction / thinking level / model, superseded) are derived again from the stored lines and
@@ -25,16 +26,19 @@ cheap checks that say something (invalid indexes, checksum failures).
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, Row, select, text
 from sqlalchemy.exc import DBAPIError
 
+from store.analysis import activity_days, pairs
 from store.bulk import rows_naming
-from store.db import queries
+from store.db import current_path, queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.faults import error_line
 from store.db.schema import entries, sessions
@@ -156,7 +160,38 @@ def _verify(conn: Connection, session: Row) -> Health:
             health.details.append(f"{part}: {file_size} bytes, sha256 {file_hash}; imported: "
                                   f"{session.source_bytes} bytes, sha256 {session.source_sha256}")
     _check_rows(conn, session, store_rows_from, health)
+    _check_kept(conn, session, health)
     return health
+
+
+def _check_kept(conn: Connection, session: Row, health: Health) -> None:
+    """What is kept as rows are written equals what the session's rows give when counted again:
+    ``tool_call_pairs`` (paired in memory), ``activity_days`` (from the rows and those pairs),
+    ``path_runs``, ``path_turns`` and the off-path totals (from a walk of the path)."""
+    differ = [name for name, kept, recounted in (
+        ("tool_call_pairs", pairs.stored(conn, session.pk), pairs.recounted(conn, session.pk)),
+        ("activity_days", activity_days.stored(conn, session.pk), activity_days.recounted(conn, session.pk)),
+        ("path_runs, path_turns and the off-path totals", current_path.stored(conn, session.pk),
+         current_path.recounted(conn, session.pk, session.leaf_seq)),
+    ) if not _same(kept, recounted)]
+    if differ:
+        health.damage.append("totals kept as rows were written differ from its rows: " + ", ".join(differ)
+                             + " (pi-store fts rebuild --recompute counts them again)")
+
+
+def _same(kept: Any, recounted: Any) -> bool:
+    """Equal, numbers by value (``numeric`` sums as integers; costs, added up in another order,
+    to 1e-9)."""
+    if isinstance(kept, dict) and isinstance(recounted, dict):
+        return kept.keys() == recounted.keys() and all(_same(kept[k], recounted[k]) for k in kept)
+    if isinstance(kept, (list, tuple)) and isinstance(recounted, (list, tuple)):
+        return len(kept) == len(recounted) and all(_same(a, b) for a, b in zip(kept, recounted, strict=True))
+    if isinstance(kept, (int, float, Decimal)) and isinstance(recounted, (int, float, Decimal)) \
+            and not isinstance(kept, bool) and not isinstance(recounted, bool):
+        if isinstance(kept, float) or isinstance(recounted, float):
+            return math.isclose(float(kept), float(recounted), rel_tol=1e-9, abs_tol=1e-9)
+        return kept == recounted
+    return kept == recounted
 
 
 def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: Health) -> None:

@@ -110,6 +110,35 @@ def test_rows_deleted_behind_its_back(store: SessionStore) -> None:
     assert tail.missing_rows == 1 and "rows missing (1)" in tail.damage
 
 
+def test_kept_totals_that_drifted_are_damage(store: SessionStore) -> None:
+    """Each table kept as rows are written is counted again from the rows; a change behind the
+    store's back is damage that names it, and ``fts rebuild --recompute`` mends it."""
+    from store.analysis.backfill import recompute_analysis
+
+    session_id = import_file(store, MEDIUM).session_id
+    session = store.open(session_id)
+    session.append_message({"role": "user", "content": "and then", "timestamp": 1})
+    assert verify_session(store, session_id).ok
+    drifts = {
+        "tool_call_pairs": "UPDATE tool_call_pairs SET is_error = 1 - coalesce(is_error, 0) "
+                           "WHERE call_seq = (SELECT min(call_seq) FROM tool_call_pairs)",
+        "activity_days": "UPDATE activity_days SET tool_calls = tool_calls + 1 "
+                         "WHERE day = (SELECT min(day) FROM activity_days)",
+        "path_runs": "DELETE FROM path_runs WHERE last_seq IS NULL",
+        "path_turns": "UPDATE path_turns SET steps = steps + 1 WHERE turn = 1",
+        "off-path": "UPDATE sessions SET off_path_messages = off_path_messages + 1",
+    }
+    for name, sql in drifts.items():
+        with write_transaction(store.engine) as conn:
+            assert conn.exec_driver_sql(sql).rowcount > 0, name
+        health = verify_session(store, session_id)
+        assert health.verdict == DAMAGED and "totals kept as rows were written differ" in health.damage[0], name
+        assert name.split("-")[0] in health.damage[0], (name, health.damage)
+        with write_transaction(store.engine) as conn:
+            recompute_analysis(conn)
+        assert verify_session(store, session_id).ok, name
+
+
 def test_cli_output_summary_and_exit_status(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 's.db'}"
     with SessionStore.connect(db) as store:
