@@ -210,8 +210,9 @@ def recounted(conn: Connection, session_pk: int, leaf_seq: int | None) -> tuple[
         runs[-1] = (runs[-1][0], None)  # the leaf's run is kept open
     turns = PathTurns()
     on_path, on_path_cost = 0, 0.0
-    for seq, kind, entry_type, role, output, cost in queries.path_rows(
-            conn, session_pk, leaf_seq, "seq", "kind", "type", "role", "usage_output", "usage_cost"):
+    # in seq order, as refresh adds them up (a path through a relinked or duplicated id is not)
+    for seq, kind, entry_type, role, output, cost in sorted(queries.path_rows(
+            conn, session_pk, leaf_seq, "seq", "kind", "type", "role", "usage_output", "usage_cost")):
         if kind == "entry" and entry_type == "message":
             turns.add(seq, role, output, cost)
             on_path, on_path_cost = on_path + 1, on_path_cost + cost
