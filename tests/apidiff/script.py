@@ -34,6 +34,7 @@ from sqlalchemy import Engine
 from store import errors
 from store.format import js_parse, js_stringify
 from store.format.jsvalue import UNDEFINED
+from store.interchange.verifying import verify_session
 from store.manager import SessionManager
 from store.services import CompactionSettings, compute_file_lists
 from store.session_store import SessionStore
@@ -81,6 +82,7 @@ class Outcome:
     results: list[dict[str, Any]]
     states: list[str]
     files: dict[str, bytes]
+    damaged: dict[str, str] = dataclasses.field(default_factory=dict)  # ours: sessions verify finds damaged
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -243,7 +245,10 @@ class ScriptRun:
             for sid in self.session_ids
             if self.store.find_by_id(sid) is not None
         }
-        return Outcome(self.results, self.states, files)
+        damaged = {}  # verify, the kept totals too (sync stores: verify takes a sync engine)
+        if isinstance(self.store, SessionStore):
+            damaged = {sid: health.describe() for sid in files if not (health := verify_session(self.store, sid)).ok}
+        return Outcome(self.results, self.states, files, damaged)
 
 
 def run_script(engine: Engine, script: dict[str, Any]) -> Outcome:
@@ -278,6 +283,8 @@ def first_difference(pi: Outcome, ours: Outcome, script: dict[str, Any]) -> str 
     for sid, data in pi.files.items():
         if data != ours.files[sid]:
             return f"file of {sid}: {_line_difference(data, ours.files[sid])}"
+    if ours.damaged:
+        return f"verify: {ours.damaged}"
     return None
 
 
