@@ -294,7 +294,8 @@ def fts_sync_command() -> None:
 
 @fts_group.command("rebuild")
 @click.option("--recompute", is_flag=True,
-              help="Also recompute every entry's search text and analysis columns (and the usage totals).")
+              help="Also recompute every entry's search text and analysis columns, and every total kept as rows are "
+                   "written (tool-call pairs, activity per day, the current path's runs and turns).")
 def fts_rebuild_command(recompute: bool) -> None:
     """Rebuild the search index from scratch."""
     from store.analysis import fts
