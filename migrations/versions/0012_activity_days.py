@@ -35,44 +35,34 @@ _USAGE = "session_pk, day, provider, model, calls, input, output, cache_read, ca
 USAGE_DAYS = f"CREATE VIEW usage_days AS SELECT {_USAGE} FROM activity_days WHERE calls > 0"
 
 
-def _tokens() -> sa.types.TypeEngine:
-    return sa.BigInteger().with_variant(sa.Numeric(), "postgresql")
-
-
-def upgrade() -> None:
-    conn = op.get_bind()
+def _day_table(name: str, counts: tuple[str, ...]) -> None:
+    """A table of totals per (session_pk, day, provider, model): ``counts`` (BIGINT), then the
+    four token sums (``numeric`` on PostgreSQL) and the cost."""
+    tokens = sa.BigInteger().with_variant(sa.Numeric(), "postgresql")
     op.create_table(
-        "activity_days",
+        name,
         sa.Column("session_pk", sa.Integer, sa.ForeignKey("sessions.pk", ondelete="CASCADE",
-                                                          name="fk_activity_days_session_pk_sessions")),
+                                                          name=f"fk_{name}_session_pk_sessions")),
         sa.Column("day", sa.Text),
         sa.Column("provider", sa.Text),
         sa.Column("model", sa.Text),
-        *(sa.Column(name, sa.BigInteger, nullable=False) for name in activity_days.TOTALS[:7]),
-        *(sa.Column(name, _tokens(), nullable=False) for name in ("input", "output", "cache_read", "cache_write")),
+        *(sa.Column(count, sa.BigInteger, nullable=False) for count in counts),
+        *(sa.Column(total, tokens, nullable=False) for total in ("input", "output", "cache_read", "cache_write")),
         sa.Column("cost", sa.Double, nullable=False),
-        sa.PrimaryKeyConstraint("session_pk", "day", "provider", "model", name="pk_activity_days"),
+        sa.PrimaryKeyConstraint("session_pk", "day", "provider", "model", name=f"pk_{name}"),
         sqlite_with_rowid=False,
     )
-    activity_days.rebuild(conn)
+
+
+def upgrade() -> None:
+    _day_table("activity_days", activity_days.TOTALS[:7])
+    activity_days.rebuild(op.get_bind())
     op.drop_table("usage_days")
     op.execute(USAGE_DAYS)
 
 
 def downgrade() -> None:
     op.execute("DROP VIEW usage_days")
-    op.create_table(
-        "usage_days",
-        sa.Column("session_pk", sa.Integer, sa.ForeignKey("sessions.pk", ondelete="CASCADE",
-                                                          name="fk_usage_days_session_pk_sessions")),
-        sa.Column("day", sa.Text),
-        sa.Column("provider", sa.Text),
-        sa.Column("model", sa.Text),
-        sa.Column("calls", sa.BigInteger, nullable=False),
-        *(sa.Column(name, _tokens(), nullable=False) for name in ("input", "output", "cache_read", "cache_write")),
-        sa.Column("cost", sa.Double, nullable=False),
-        sa.PrimaryKeyConstraint("session_pk", "day", "provider", "model", name="pk_usage_days"),
-        sqlite_with_rowid=False,
-    )
+    _day_table("usage_days", ("calls",))
     op.execute(f"INSERT INTO usage_days ({_USAGE}) SELECT {_USAGE} FROM activity_days WHERE calls > 0")
     op.drop_table("activity_days")
