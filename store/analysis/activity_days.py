@@ -42,14 +42,15 @@ TOTALS = ("messages", "user_messages", "assistant_messages", "tool_results", "to
 _CONFLICT = "ON CONFLICT (session_pk, day, provider, model) DO UPDATE SET "
 ADD = (f"INSERT INTO activity_days ({', '.join(KEY + TOTALS)}) VALUES ({', '.join('?' for _ in KEY + TOTALS)}) "
        + _CONFLICT + ", ".join(f"{c} = activity_days.{c} + excluded.{c}" for c in TOTALS))
-# the calls of one session answered by one result (session_pk, result_seq) that failed, added to
-# their rows' keys
+# the calls a failed result is about to answer — the session's open calls with its id written
+# before it (``store.analysis.pairs._ANSWER``'s condition and index: session_pk, tool_call_id,
+# seq) — added to their rows' keys
 _DAY = "substr(COALESCE(e.timestamp, ''), 1, 10)"
 FAILED = (f"INSERT INTO activity_days ({', '.join(KEY + TOTALS)}) "
           f"SELECT e.session_pk, {_DAY}, e.provider, e.model, "
           + ", ".join("count(*)" if total == "tool_errors" else "0" for total in TOTALS)
           + " FROM tool_call_pairs AS p JOIN entries AS e ON e.session_pk = p.session_pk AND e.seq = p.call_seq "
-          f"WHERE p.session_pk = ? AND p.result_seq = ? AND p.is_error = 1 "
+          "WHERE p.session_pk = ? AND p.tool_call_id = ? AND p.result_seq IS NULL AND p.call_seq + 0 < ? "
           f"GROUP BY e.session_pk, {_DAY}, e.provider, e.model "
           + _CONFLICT + "tool_errors = activity_days.tool_errors + excluded.tool_errors")
 # the view's rows of stored sessions (``{where}``: which), with their tool calls counted in

@@ -84,9 +84,7 @@ def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
     answers: list[tuple] = []
     for is_call, values in _calls_and_answers(rows):
         (calls if is_call else answers).append(values)
-    _write(cursor, dialect, calls, answers)
-    if failed := [(answer[4], answer[0]) for answer in answers if answer[1]]:  # their calls' activity
-        cursor.executemany(writes.dbapi_sql(dialect, activity_days.FAILED), failed)
+    _write(cursor, dialect, calls, answers, failures=True)
 
 
 class SessionPairing:
@@ -185,12 +183,26 @@ def rebuild(conn: Connection, *, paths: bool = True) -> int:
     return conn.exec_driver_sql("SELECT count(*) FROM tool_call_pairs").scalar_one()
 
 
-def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple], insert: str = _INSERT) -> None:
-    """Insert the calls unanswered, then let the results (in seq order) answer them."""
+def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple], insert: str = _INSERT, *,
+           failures: bool = False) -> None:
+    """Insert the calls unanswered, then let the results (in seq order) answer them; with
+    ``failures``, a failed result first counts the calls it is about to answer in their rows'
+    ``activity_days`` (:data:`activity_days.FAILED`: the same open calls, by the same index)."""
     if calls:
         cursor.executemany(writes.dbapi_sql(dialect, insert), calls)
-    if answers:
-        cursor.executemany(writes.dbapi_sql(dialect, _ANSWER), answers)
+    answer = writes.dbapi_sql(dialect, _ANSWER)
+    waiting: list[tuple] = []  # answers in a row that fail nothing: one executemany
+    for values in answers:
+        if failures and values[1]:
+            if waiting:
+                cursor.executemany(answer, waiting)
+                waiting = []
+            cursor.execute(writes.dbapi_sql(dialect, activity_days.FAILED), values[4:])
+            cursor.execute(answer, values)
+        else:
+            waiting.append(values)
+    if waiting:
+        cursor.executemany(answer, waiting)
 
 
 def _facts(facts: str | dict) -> dict:

@@ -266,3 +266,46 @@ def test_the_last_turn_is_one_index_lookup(tmp_path: Path) -> None:
                 steps[spk] = counted[0]
             conn.rollback()
     assert steps[1] < steps[2] + 20, steps  # the same few steps, however many turns there are
+
+
+def test_a_failed_result_finds_its_calls_by_index(tmp_path: Path) -> None:
+    """Counting a failed result's calls in ``activity_days`` looks them up by id among the
+    session's open calls (the pairing's own index), not by scanning every pair of the session:
+    the same SQLite steps with 3 earlier answered calls as with 1,000."""
+    from store.analysis.pairs import pair_inserted
+    from store.db.writes import entry_values
+
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        seqs = {}
+        for calls in (1000, 3):
+            manager = store.create("/w")
+            with manager.batch():
+                for index in range(calls):
+                    manager.append_message(_assistant((f"c{index}", "read")))
+                    manager.append_message(_result(f"c{index}", False))
+                manager.append_message(_assistant(("open", "bash")))
+            seqs[calls] = manager.get_session_id()
+        steps = {}
+        with write_transaction(store.engine) as conn:
+            sqlite = conn.connection.dbapi_connection
+            for calls, session_id in seqs.items():
+                spk, last = conn.exec_driver_sql("SELECT pk, last_seq FROM sessions WHERE session_id = ?",
+                                                 (session_id,)).one()
+                value = {"type": "message", "id": "r", "parentId": None, "timestamp": js_iso(0),
+                         "message": _result("open", True)}
+                row = entry_values(spk, last + 1, "entry", value, js_stringify(value), None)
+                counted = [0]
+
+                def count(counted: list[int] = counted) -> int:
+                    counted[0] += 1
+                    return 0
+
+                sqlite.set_progress_handler(count, 1)
+                pair_inserted(sqlite.cursor(), conn.dialect, [row])
+                sqlite.set_progress_handler(None, 1)
+                steps[calls] = counted[0]
+                failed = conn.exec_driver_sql("SELECT sum(tool_errors) FROM activity_days WHERE session_pk = ?",
+                                              (spk,)).scalar_one()
+                assert failed == 1, calls  # the open call's day got the failure
+            conn.rollback()
+    assert steps[1000] < steps[3] + 50, steps  # (the first version scanned the pairs: 5,243 against 256)
