@@ -169,12 +169,12 @@ def add_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
 def rebuild_session(conn: Connection, session_pk: int) -> None:
     """Add up one session's totals again from its rows and pairs (inside the caller's
     transaction, after its ``tool_call_pairs`` are right)."""
-    _rebuild(conn, " AND e.session_pk = ?", (session_pk,))
+    _rebuild(conn, session_pk)
 
 
 def rebuild(conn: Connection) -> None:
     """Add up every session's totals again (inside the caller's transaction)."""
-    _rebuild(conn, "", ())
+    _rebuild(conn, None)
 
 
 def recounted(conn: Connection, session_pk: int) -> dict[tuple, list]:
@@ -196,11 +196,14 @@ def stored(conn: Connection, session_pk: int) -> dict[tuple, list]:
     return {tuple(row[:4]): list(row[4:]) for row in cursor.fetchall()}
 
 
-def _rebuild(conn: Connection, where: str, parameters: tuple) -> None:
+def _rebuild(conn: Connection, session_pk: int | None) -> None:
+    """:func:`rebuild_session` (``session_pk``), or :func:`rebuild` (None)."""
     cursor = conn.connection.dbapi_connection.cursor()
-    cursor.execute(writes.dbapi_sql(conn.dialect, "DELETE FROM activity_days WHERE true"
-                                    + where.replace("e.", "")), parameters)
-    cursor.execute(writes.dbapi_sql(conn.dialect, _STORED_ROWS.format(where=where)), parameters)
+    one = () if session_pk is None else (session_pk,)
+    cursor.execute(writes.dbapi_sql(conn.dialect, "DELETE FROM activity_days"
+                                    + (" WHERE session_pk = ?" if one else "")), one)
+    cursor.execute(writes.dbapi_sql(conn.dialect, _STORED_ROWS.format(where=" AND e.session_pk = ?" if one else "")),
+                   one)
     writer = conn.connection.dbapi_connection.cursor()
     while rows := cursor.fetchmany(10_000):
         totals = DayTotals()  # a key split between two batches is added to by the second (an upsert)

@@ -53,7 +53,7 @@ _KEYS = {
 _KEPT = """(SELECT k.session_pk, NULLIF(k.day, '') AS day, s.cwd, NULLIF(k.provider, '') AS provider,
            NULLIF(k.model, '') AS model, k.messages, k.user_messages, k.assistant_messages, k.tool_results,
            k.tool_calls, k.tool_errors, k.input, k.output, k.cache_read, k.cache_write, k.cost
-    FROM activity_days AS k JOIN sessions AS s ON s.pk = k.session_pk{where})"""
+    FROM activity_days AS k JOIN sessions AS s ON s.pk = k.session_pk)"""
 # tool calls by name; the call's row gives the timestamp the window is applied to
 _TOOLS = """
 SELECT p.name, count(DISTINCT p.session_pk) AS sessions, count(*) AS tool_calls,
@@ -147,10 +147,9 @@ def breakdown(
             groups.sort(key=lambda g: (-g.tool_calls, g.key is None, g.key or ""))
         else:
             select, group = _KEYS[by]
-            if since is None and until is None:
-                source, where = _KEPT.format(where=where.format(t="k").replace(" AND", " WHERE", 1)), ""
-            else:
-                source = "activity"
+            # the kept totals unless a window cuts days apart (a plain subquery: both engines
+            # apply the session condition inside it)
+            source = _KEPT if since is None and until is None else "activity"
             rows = conn.execute(
                 text(f"SELECT {select}, {_SUMS} FROM {source} AS a WHERE 1 = 1{where.format(t='a')} GROUP BY {group}"),
                 params,

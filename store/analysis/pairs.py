@@ -137,7 +137,7 @@ def recounted(conn: Connection, session_pk: int) -> list[tuple]:
     cursor = conn.connection.dbapi_connection.cursor()
     cursor.execute(writes.dbapi_sql(conn.dialect, _SESSION_ROWS), (session_pk,))
     pairing = SessionPairing()
-    pairing._pair(_stored_calls_and_answers(session_pk, cursor.fetchall()))
+    pairing._pair(_stored_calls_and_answers(session_pk, cursor))  # rows as they come (facts can be large)
     return [tuple(pair) for pair in pairing._pairs]
 
 
