@@ -104,6 +104,13 @@ class PathTurns:
         turn[3] += output
         turn[4] += cost
 
+    def numbered(self) -> list[tuple]:
+        """The turns as ``path_turns`` rows without the session: ``(turn, prompt_seq, steps,
+        output_tokens, cost)``, turn 0 holding the messages before the first user message."""
+        first = 1 if self.turns and self.turns[0][0] else 0
+        return [(number, prompt_seq, steps, output, cost)
+                for number, (_starts, prompt_seq, steps, output, cost) in enumerate(self.turns, first)]
+
     def add_rows(self, rows: Sequence[tuple]) -> None:
         """Add the message rows among ``rows`` (``store.db.writes.ROW_COLUMNS`` tuples)."""
         kind_at, type_at, seq_at, role_at, output_at, cost_at = _positions()
@@ -166,11 +173,10 @@ def _count_turns(cursor: Any, dialect: Dialect, session_pk: int) -> None:
     turns = PathTurns()
     for seq, role, output, cost in cursor.fetchall():
         turns.add(seq, role, output, cost)
-    if turns.turns:
-        first = 0 if not turns.turns[0][0] else 1  # turn 0: the messages before the first user message
+    if rows := turns.numbered():
         cursor.executemany(writes.dbapi_sql(dialect, _INSERT_TURN), [
             (session_pk, number, prompt_seq, steps, writes.bindable_total(dialect, output), cost)
-            for number, (_starts, prompt_seq, steps, output, cost) in enumerate(turns.turns, first)])
+            for number, prompt_seq, steps, output, cost in rows])
 
 
 def extend(cursor: Any, dialect: Dialect, session_pk: int, turns: PathTurns) -> None:
@@ -216,11 +222,8 @@ def recounted(conn: Connection, session_pk: int, leaf_seq: int | None) -> tuple[
         if kind == "entry" and entry_type == "message":
             turns.add(seq, role, output, cost)
             on_path, on_path_cost = on_path + 1, on_path_cost + cost
-    first = 0 if not turns.turns or not turns.turns[0][0] else 1
-    turn_rows = [(number, prompt_seq, steps, output, cost)
-                 for number, (_starts, prompt_seq, steps, output, cost) in enumerate(turns.turns, first)]
     messages, cost = conn.exec_driver_sql(writes.dbapi_sql(conn.dialect, _MESSAGES), (session_pk,)).one()
-    return sorted(runs, key=repr), turn_rows, (messages - on_path, cost - on_path_cost)
+    return sorted(runs, key=repr), turns.numbered(), (messages - on_path, cost - on_path_cost)
 
 
 def stored(conn: Connection, session_pk: int) -> tuple[list, list, tuple]:
