@@ -18,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from store.db import engine as engine_module
+from store.db.engine import read_transaction
 from store.interchange import syncing
 from store.session_store import SessionStore
 from tests.oracle_support import FIXTURES
@@ -154,3 +155,17 @@ def test_a_lock_held_past_the_busy_timeout_fails_cleanly(tmp_path: Path, monkeyp
         after = sm.append_message({"role": "user", "content": "four", "timestamp": 4})
         assert store.open(sm.get_session_id()).get_branch_ids(after) == [first, after]
         assert syncing.import_one(store, FIXTURES / "sessions" / "small-seed1-0.jsonl").status == "imported"
+
+
+def test_a_read_transaction_sees_one_state_while_another_writer_commits(store: SessionStore) -> None:
+    """``verify`` and the exports compare several reads of one session: a commit landing between
+    them must not show (PostgreSQL's default isolation gives each statement its own snapshot)."""
+    manager = store.create("/snapshot")
+    manager.append_message({"role": "user", "content": "one"})
+    count = text("SELECT count(*) FROM entries")
+    with read_transaction(store.engine) as conn:
+        before = conn.execute(count).scalar()
+        store.open(manager.get_session_id()).append_message({"role": "user", "content": "two"})
+        assert conn.execute(count).scalar() == before
+    with read_transaction(store.engine) as conn:
+        assert conn.execute(count).scalar() == before + 1

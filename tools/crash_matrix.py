@@ -246,7 +246,7 @@ def verify_clean(url: str, cli: bool = True) -> None:
         from store.session_store import SessionStore
 
         with SessionStore.connect(url) as store:
-            bad = [f"{h.session_id}: {h.details[:4]}" for h in verify_all(store) if not h.ok]
+            bad = [f"{h.session_id}: {h.describe()} {h.details[:4]}" for h in verify_all(store) if not h.ok]
         if bad:
             raise Failed("verify --all: " + "; ".join(bad))
         return

@@ -493,9 +493,16 @@ def _begin_immediate(engine: Engine, driver: Any) -> None:
 
 @contextmanager
 def read_transaction(engine: Engine) -> Iterator[Connection]:
-    """A read-only snapshot (one transaction, so several queries see the same state)."""
-    with engine.connect() as conn, conn.begin():
-        yield conn
+    """A snapshot: one transaction whose queries all see the same state, whatever other writers
+    commit meanwhile. SQLite's transactions are (WAL: the snapshot of the first read); on
+    PostgreSQL that takes ``REPEATABLE READ`` (the default, ``READ COMMITTED``, gives each
+    statement its own, and ``verify`` comparing two reads of a session could see a commit land
+    between them). A transaction that only reads never fails for it."""
+    with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
 
 
 def is_sqlite(conn_or_engine: Connection | Engine) -> bool:
