@@ -9,6 +9,7 @@ one statement (a data-modifying ``WITH``): each statement there is a round trip 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Dialect
@@ -17,7 +18,7 @@ from sqlalchemy.util import await_only
 from store.analysis import activity_days
 from store.analysis.pairs import pair_inserted
 from store.db import current_path
-from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, without_path
+from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, native_sql, without_path
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
@@ -55,15 +56,17 @@ _VALUES = ", ".join("?" for _ in activity_days.KEY + activity_days.TOTALS)
 _ADD_DAY = activity_days.ADD.replace(f" VALUES ({_VALUES})", f" SELECT {_VALUES} FROM new")
 
 
+@functools.cache
 def _insert_new_sql(with_day: bool, turn: str | None) -> str:
     """The single statement: the row (``new``), its day's activity, its turn (``turn``: one of
-    ``current_path``'s statements, which then only adds when the row was inserted), the session."""
+    ``current_path``'s statements, which then only adds when the row was inserted), the session;
+    with PostgreSQL's own placeholders (:meth:`AppendCursor._execute_native`)."""
     parts = [f"new AS ({_INSERT_NEW} RETURNING 1)"]
     if with_day:
         parts.append(f"activity_day AS ({_ADD_DAY})")
     if turn is not None:
         parts.append(f"path_turn AS ({turn.format(source=' FROM new')})")
-    return f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)"
+    return native_sql(f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)")
 
 
 class LockedSession(NamedTuple):
@@ -90,7 +93,6 @@ class AppendCursor:
         self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
         self._one_statement = dialect.name == "postgresql"
-        self._insert_new: dict[tuple[bool, str | None], str] = {}  # _insert_new_sql's, as used
 
     @classmethod
     def on(cls, conn: Connection) -> AppendCursor:
@@ -138,13 +140,8 @@ class AppendCursor:
             day.add([row])
             day_totals = day.parameters(self._dialect)
             (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
-            key = (bool(day_totals), turn)
-            sql = self._insert_new.get(key)
-            if sql is None:
-                sql = self._insert_new[key] = dbapi_sql(self._dialect, _insert_new_sql(*key))
-            self._cursor.execute(sql, (*without_path([row])[0], spk, entry_id, *(day_totals[0] if day_totals else ()),
-                                       *turn_parameters, *changes))
-            if self._cursor.rowcount != 1:
+            if self._execute_native(_insert_new_sql(bool(day_totals), turn), (*without_path([row])[0], spk, entry_id,
+                                          *(day_totals[0] if day_totals else ()), *turn_parameters, *changes)) != 1:
                 return False
         else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside
             if self.id_taken(spk, entry_id):
@@ -156,6 +153,24 @@ class AppendCursor:
                 current_path.extend(self._cursor, self._dialect, spk, turns)
         pair_inserted(self._cursor, self._dialect, [row])
         return True
+
+    def _execute_native(self, sql: str, parameters: tuple) -> int:
+        """Run ``sql`` (PostgreSQL's own ``$1, $2, …`` placeholders) in the transaction; its row
+        count. psycopg keeps its translation of a ``%s`` statement only for statements of at most
+        50 parameters; the one-statement append has ~70, and translating it again on every append
+        was ~30 % of the client's CPU per append. A raw cursor sends the text as it is."""
+        import psycopg  # here: SQLite users' start-up does not pay for the driver
+
+        if not self._dialect.is_async:
+            with psycopg.RawCursor(self._connection) as cursor:
+                cursor.execute(sql, parameters)
+                return cursor.rowcount
+        cursor = psycopg.AsyncRawCursor(self._connection.driver_connection)
+        try:
+            await_only(cursor.execute(sql, parameters))
+            return cursor.rowcount
+        finally:
+            await_only(cursor.close())
 
     def refresh_path(self, session_pk: int) -> None:
         """Rewrite the session's ``path_runs`` and what is kept of its path (after ``advance``:

@@ -111,6 +111,13 @@ def dbapi_sql(dialect: Dialect, sql: str) -> str:
     return sql if dialect.paramstyle == "qmark" else sql.replace("?", "%s")
 
 
+def native_sql(sql: str) -> str:
+    """``sql`` written with ``?`` placeholders, with PostgreSQL's own ``$1, $2, …`` instead (for
+    psycopg's raw cursors)."""
+    parts = sql.split("?")
+    return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
+
+
 COPY_ROWS = f"COPY entries ({', '.join(ROW_COLUMNS)}) FROM STDIN"
 
 
