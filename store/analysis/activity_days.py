@@ -11,7 +11,7 @@ totals here are that view's columns summed per key, a few rows per session and d
   an assistant message's tool calls are counted from its ``facts`` (one ``tool_call_pairs`` row
   each, ``store.analysis.pairs``);
 * a result that answers calls with an error adds the failures to the calls' keys
-  (:data:`FAILED`, run by ``store.analysis.pairs`` where it pairs in SQL; :meth:`DayTotals.fail`
+  (:func:`failed_sql`, run by ``store.analysis.pairs`` where it pairs in SQL; :meth:`DayTotals.fail`
   where a session is paired in memory);
 * a session deleted takes its rows along (``ON DELETE CASCADE``); a session whose rows are
   removed or replaced otherwise (a prune, a re-import replacing it) is added up again from its
@@ -42,17 +42,20 @@ TOTALS = ("messages", "user_messages", "assistant_messages", "tool_results", "to
 _CONFLICT = "ON CONFLICT (session_pk, day, provider, model) DO UPDATE SET "
 ADD = (f"INSERT INTO activity_days ({', '.join(KEY + TOTALS)}) VALUES ({', '.join('?' for _ in KEY + TOTALS)}) "
        + _CONFLICT + ", ".join(f"{c} = activity_days.{c} + excluded.{c}" for c in TOTALS))
-# the calls a failed result is about to answer — the session's open calls with its id written
-# before it (``store.analysis.pairs._ANSWER``'s condition and index: session_pk, tool_call_id,
-# seq) — added to their rows' keys
 _DAY = "substr(COALESCE(e.timestamp, ''), 1, 10)"
-FAILED = (f"INSERT INTO activity_days ({', '.join(KEY + TOTALS)}) "
-          f"SELECT e.session_pk, {_DAY}, e.provider, e.model, "
-          + ", ".join("count(*)" if total == "tool_errors" else "0" for total in TOTALS)
-          + " FROM tool_call_pairs AS p JOIN entries AS e ON e.session_pk = p.session_pk AND e.seq = p.call_seq "
-          "WHERE p.session_pk = ? AND p.tool_call_id = ? AND p.result_seq IS NULL AND p.call_seq + 0 < ? "
-          f"GROUP BY e.session_pk, {_DAY}, e.provider, e.model "
-          + _CONFLICT + "tool_errors = activity_days.tool_errors + excluded.tool_errors")
+
+
+def failed_sql(open_calls: str) -> str:
+    """The upsert adding one failure to the key of each call that ``open_calls`` (a condition on
+    ``tool_call_pairs``, the calls a failed result is about to answer: ``store.analysis.pairs``)
+    selects; its parameters are the condition's."""
+    return (f"INSERT INTO activity_days ({', '.join(KEY + TOTALS)}) "
+            f"SELECT e.session_pk, {_DAY}, e.provider, e.model, "
+            + ", ".join("count(*)" if total == "tool_errors" else "0" for total in TOTALS)
+            + f" FROM (SELECT session_pk, call_seq FROM tool_call_pairs WHERE {open_calls}) AS p "
+            "JOIN entries AS e ON e.session_pk = p.session_pk AND e.seq = p.call_seq "
+            f"GROUP BY e.session_pk, {_DAY}, e.provider, e.model "
+            + _CONFLICT + "tool_errors = activity_days.tool_errors + excluded.tool_errors")
 # the view's rows of stored sessions (``{where}``: which), with their tool calls counted in
 # tool_call_pairs, added up in Python: SQLite's sum() of integers fails past BIGINT's range,
 # where a few crafted rows can take it

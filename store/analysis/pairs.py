@@ -39,9 +39,10 @@ _INSERT_0006 = ("INSERT INTO tool_call_pairs (session_pk, call_seq, call_index, 
 # order, each call gets the first result after it. ``call_seq + 0``: without statistics SQLite
 # would range-scan the primary key (every earlier call of the session, quadratic over an import:
 # 60k entries took 24 s of the 30 s) instead of the partial index of unanswered calls by id.
+_OPEN_CALLS = "session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq + 0 < ?"
 _ANSWER = ("UPDATE tool_call_pairs SET result_seq = ?, is_error = ?, result_chars = ?, "
-           "duration_ms = CAST(? AS BIGINT) - call_ms "
-           "WHERE session_pk = ? AND tool_call_id = ? AND result_seq IS NULL AND call_seq + 0 < ?")
+           "duration_ms = CAST(? AS BIGINT) - call_ms WHERE " + _OPEN_CALLS)
+
 _PAIR_COLUMNS = ("session_pk", "call_seq", "call_index", "tool_call_id", "name", "call_ms", "path", "result_seq",
                  "is_error", "result_chars", "duration_ms")
 _COPY_PAIRS = f"COPY tool_call_pairs ({', '.join(_PAIR_COLUMNS)}) FROM STDIN"
@@ -183,21 +184,28 @@ def rebuild(conn: Connection, *, paths: bool = True) -> int:
     return conn.exec_driver_sql("SELECT count(*) FROM tool_call_pairs").scalar_one()
 
 
+@functools.cache
+def _failed_sql() -> str:
+    """Before a failed result answers its calls, their failures in ``activity_days`` (built on
+    first use: ``activity_days`` imports this module's importers)."""
+    return activity_days.failed_sql(_OPEN_CALLS)
+
+
 def _write(cursor: Any, dialect: Dialect, calls: list[tuple], answers: list[tuple], insert: str = _INSERT, *,
            failures: bool = False) -> None:
     """Insert the calls unanswered, then let the results (in seq order) answer them; with
     ``failures``, a failed result first counts the calls it is about to answer in their rows'
-    ``activity_days`` (:data:`activity_days.FAILED`: the same open calls, by the same index)."""
+    ``activity_days`` (:func:`_failed_sql`: the same open calls, by the same index)."""
     if calls:
         cursor.executemany(writes.dbapi_sql(dialect, insert), calls)
-    answer = writes.dbapi_sql(dialect, _ANSWER)
+    answer, failed = writes.dbapi_sql(dialect, _ANSWER), writes.dbapi_sql(dialect, _failed_sql())
     waiting: list[tuple] = []  # answers in a row that fail nothing: one executemany
     for values in answers:
         if failures and values[1]:
             if waiting:
                 cursor.executemany(answer, waiting)
                 waiting = []
-            cursor.execute(writes.dbapi_sql(dialect, activity_days.FAILED), values[4:])
+            cursor.execute(failed, values[4:])
             cursor.execute(answer, values)
         else:
             waiting.append(values)

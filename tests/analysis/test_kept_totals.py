@@ -276,7 +276,7 @@ def test_a_failed_result_finds_its_calls_by_index(tmp_path: Path) -> None:
     from store.db.writes import entry_values
 
     with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
-        seqs = {}
+        sessions = {}
         for calls in (1000, 3):
             manager = store.create("/w")
             with manager.batch():
@@ -284,11 +284,11 @@ def test_a_failed_result_finds_its_calls_by_index(tmp_path: Path) -> None:
                     manager.append_message(_assistant((f"c{index}", "read")))
                     manager.append_message(_result(f"c{index}", False))
                 manager.append_message(_assistant(("open", "bash")))
-            seqs[calls] = manager.get_session_id()
+            sessions[calls] = manager.get_session_id()
         steps = {}
         with write_transaction(store.engine) as conn:
             sqlite = conn.connection.dbapi_connection
-            for calls, session_id in seqs.items():
+            for calls, session_id in sessions.items():
                 spk, last = conn.exec_driver_sql("SELECT pk, last_seq FROM sessions WHERE session_id = ?",
                                                  (session_id,)).one()
                 value = {"type": "message", "id": "r", "parentId": None, "timestamp": js_iso(0),
