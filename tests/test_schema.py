@@ -3,6 +3,8 @@ migrated schema equals the models, and the path query walks by index (no table s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -10,7 +12,7 @@ from sqlalchemy import inspect, text
 
 from store.analysis import include_name
 from store.db import queries
-from store.db.engine import alembic_config, make_engine, read_transaction
+from store.db.engine import alembic_config, head_revision, make_engine, read_transaction, stored_revision
 from store.db.schema import metadata
 from store.errors import StoreError
 from store.session_store import SessionStore
@@ -29,6 +31,23 @@ def test_upgrade_from_empty_then_downgrade_to_base(db_url: str) -> None:
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     command.upgrade(config, "head")  # and back: the migration is repeatable
     engine.dispose()
+
+
+def test_schema_appears_on_first_use_when_the_url_holds_percent_escapes(db_url: str, tmp_path: Path) -> None:
+    """A URL's "%" (an escaped space in libpq ``options``, a folder named "100%") reaches Alembic's
+    config, which read it as the start of an interpolation: the first write failed."""
+    if db_url.startswith("sqlite"):
+        (tmp_path / "100%").mkdir()
+        url = f"sqlite:///{tmp_path / '100%' / 'store.db'}"
+    else:
+        url = f"{db_url}?options=-c%20work_mem%3D8MB"
+    with SessionStore.connect(url) as store:
+        store.create("/p").append_message({"role": "user", "content": "hi"})
+        assert len(store.list_all()) == 1
+        if not db_url.startswith("sqlite"):
+            with store.engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW work_mem").scalar() == "8MB"
+    assert stored_revision(make_engine(url)) == head_revision()
 
 
 def test_schema_appears_on_first_use(db_url: str) -> None:

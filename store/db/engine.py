@@ -567,8 +567,9 @@ def alembic_config(engine: Engine | None = None):
 
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    if engine is not None:
-        config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    if engine is not None:  # the config is a ConfigParser: "%" starts an interpolation unless doubled
+        url = engine.url.render_as_string(hide_password=False)
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
 
