@@ -12,9 +12,11 @@ and the manager keeps its previous leaf.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -22,10 +24,18 @@ from sqlalchemy import Connection, Engine, literal_column, select
 
 from store import new_entries, services
 from store.analysis import fts
+from store.analysis.pairs import pairs_nothing
 from store.context_window import context_path
 from store.db import current_path, queries
-from store.db.appends import AppendCursor, session_changes
-from store.db.engine import driver_write_transaction, read_transaction, write_transaction
+from store.db.appends import AppendCursor, LockedSession, Seen, session_changes
+from store.db.engine import (
+    ConnectionLost,
+    behind_pooler,
+    driver_statement,
+    driver_write_transaction,
+    read_transaction,
+    write_transaction,
+)
 from store.db.schema import entries as entries_table
 from store.db.stored_text import db_text
 from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
@@ -71,6 +81,25 @@ class _Batch:
     turns: current_path.PathTurns = field(default_factory=current_path.PathTurns)  # what the rows add to
 
 
+@dataclass(slots=True)
+class _Attempt:
+    """A single append tried without the lock (``SessionManager._append_unlocked``)."""
+
+    entry_id: str  # the first of Pi's id candidates
+    timestamp: str
+    candidates: Iterator[str]  # the candidates after it
+    entry: dict = field(default_factory=dict)
+    seq: int = 0
+    line: str = ""
+    leaf: tuple = (None, None)  # the leaf (columns, id) the entry makes
+    written: bool = False
+    sent: bool = False
+    lost: bool = False  # the connection failed once the statement was sent: written or not, the lock will tell
+
+
+_LINE = ROW_COLUMNS.index("line")
+
+
 def _is_conversation(entry: dict) -> bool:
     return entry.get("type") == "message" and prop(entry.get("message"), "role") in ("user", "assistant")
 
@@ -100,6 +129,7 @@ class SessionManager:
             self.cwd: str = row.cwd
             self._header_seq: int | None = row.header_seq
             self._version: int = row.row_version
+            self._last_seq: int | None = row.last_seq
             self._leaf_id: str | None = None
             self._leaf: TreeColumns | None = None
             if row.leaf_seq is not None:
@@ -202,20 +232,22 @@ class SessionManager:
                 self._batch = _Batch(conn, cursor, last_seq=self._lock(cursor))
                 yield self
                 wrote = self._write(self._batch)
+                last_seq = self._batch.last_seq
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
         finally:
             self._batch = None
         if wrote:
-            self._version += 1
+            self._count_write(last_seq)
         if self._engine is not private:  # moved into the store: the private database is done
             private.dispose()
 
-    def _lock(self, cursor: AppendCursor, opening: str = "") -> int:
-        """Lock the session row and check that this manager may write it (``store.ownership``);
-        returns the session's ``last_seq``."""
-        locked = cursor.lock_session(self._spk, opening)
+    def _lock(self, cursor: AppendCursor, opening: str = "", locked: LockedSession | None = None) -> int:
+        """Lock the session row (``locked``: as read under the lock already) and check that this
+        manager may write it (``store.ownership``); returns the session's ``last_seq``."""
+        if locked is None:
+            locked = cursor.lock_session(self._spk, opening)
         check_write(locked, session_id=self.session_id, expected_version=self._version, claim=self._claim,
                     clock=self._store.clock)
         assert locked is not None
@@ -273,12 +305,22 @@ class SessionManager:
         on the driver's connection (see ``driver_write_transaction``). Pi's first candidate id is
         not looked up: the insert itself checks it (on PostgreSQL the insert and the session
         update are one statement); in the rare case that it is taken, the entry is made again,
-        as Pi would have made it, with the next free candidate and the same timestamp."""
+        as Pi would have made it, with the next free candidate and the same timestamp.
+
+        On PostgreSQL the append first goes as one statement without a transaction around it
+        (:meth:`_append_unlocked`); the locked transaction only runs when that wrote nothing."""
         base = (self._leaf, self._leaf_id)
+        attempt = self._append_unlocked(build) if self._may_write_unlocked() else None
+        if attempt is not None and attempt.written:
+            return self._appended(attempt.entry, attempt.seq)
+        begin = self._begin_single if attempt is None or not attempt.lost else partial(self._begin_single, lost=attempt)
         try:
-            with driver_write_transaction(self._engine, self._begin_single) as (cursor, last_seq):
-                candidates = new_entries.id_candidates(self._store.new_uuid)
-                timestamp = self._now()
+            with driver_write_transaction(self._engine, begin) as (cursor, last_seq):
+                if last_seq is None:  # the lost attempt had been written
+                    assert attempt is not None
+                    self._leaf, self._leaf_id = attempt.leaf
+                    return self._appended(attempt.entry, attempt.seq)
+                candidates, timestamp = self._first_try(attempt)
                 batch = _Batch(None, cursor, last_seq=last_seq)
                 entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
                 moved = self._moved_run(batch)
@@ -294,14 +336,82 @@ class SessionManager:
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
-        self._version += 1
+        return self._appended(entry, batch.last_seq)
+
+    def _appended(self, entry: dict, last_seq: int) -> dict:
+        self._count_write(last_seq)
         return entry
 
-    def _begin_single(self, dbapi_connection: Any, opening: str) -> tuple[AppendCursor, int]:
+    def _count_write(self, last_seq: int) -> None:
+        """Count a write of this manager in the version it knows, with the session's last row."""
+        self._version += 1
+        self._last_seq = last_seq
+
+    def _first_try(self, attempt: _Attempt | None) -> tuple[Iterator[str], str]:
+        """Pi's id candidates and the timestamp of a single append: those of the unlocked
+        attempt when there was one (the entry is made again as it made it), else new ones."""
+        if attempt is not None:
+            return itertools.chain((attempt.entry_id,), attempt.candidates), attempt.timestamp
+        candidates = new_entries.id_candidates(self._store.new_uuid)
+        return candidates, self._now()
+
+    def _may_write_unlocked(self) -> bool:
+        """PostgreSQL, where this manager knows the session's last row, and not behind a
+        transaction pooler (its timeouts are set per transaction)."""
+        return (self._last_seq is not None and self._engine.dialect.name == "postgresql"
+                and not behind_pooler(self._engine.url))
+
+    def _append_unlocked(self, build: Callable[[str, str | None, str], dict]) -> _Attempt:
+        """Write one entry under the leaf as one statement that is its own transaction
+        (``AppendCursor.insert_if_current``: one round trip where the locked transaction takes
+        three), if the session row is as this manager last saw it — its version, its last row,
+        its claim — and the entry pairs no tool call or result and lengthens the leaf's run;
+        else nothing is written and the locked path takes over with the same id and timestamp.
+        A connection that fails leaves it unknown whether the entry was written
+        (``attempt.lost``): the locked path finds out first."""
+        assert self._last_seq is not None
+        base = (self._leaf, self._leaf_id)
+        timestamp = self._now()
+        candidates = new_entries.id_candidates(self._store.new_uuid)
+        attempt = _Attempt(next(candidates), timestamp, candidates)
+        seen = Seen(self.session_id, self._version, self._last_seq,
+                    None if self._claim is None else (self._claim.owner, self._claim.token))
+
+        def run(dbapi_connection: Any) -> bool:
+            cursor = AppendCursor(dbapi_connection, self._engine.dialect)
+            batch = _Batch(None, cursor, last_seq=seen.last_seq)
+            attempt.entry = self._append_to(batch, build, False, entry_id=attempt.entry_id, timestamp=timestamp)
+            row = batch.unwritten[0]
+            attempt.seq, attempt.line, attempt.leaf = batch.last_seq, row[_LINE], (self._leaf, self._leaf_id)
+            if self._moved_run(batch) or not pairs_nothing(row):
+                return False
+            attempt.sent = True
+            return cursor.insert_if_current(row, self._changes(batch), batch.turns, seen)
+
+        try:
+            attempt.written = driver_statement(self._engine, run)
+        except ConnectionLost:  # found dead before the statement was sent: the locked path starts again
+            attempt.lost = attempt.sent
+        except BaseException:
+            self._leaf, self._leaf_id = base
+            raise
+        if not attempt.written:
+            self._leaf, self._leaf_id = base
+        return attempt
+
+    def _begin_single(self, dbapi_connection: Any, opening: str,
+                      lost: _Attempt | None = None) -> tuple[AppendCursor, int | None]:
         """The single append's cursor and the session's ``last_seq``, checked under the lock
-        (``opening``: see ``driver_write_transaction``)."""
+        (``opening``: see ``driver_write_transaction``); None for ``last_seq`` when the ``lost``
+        unlocked attempt turns out to have been written (the row holds its entry, one version on)."""
         cursor = AppendCursor(dbapi_connection, self._engine.dialect)
-        return cursor, self._lock(cursor, opening)
+        if lost is None:
+            return cursor, self._lock(cursor, opening)
+        locked = cursor.lock_session(self._spk, opening)
+        if (locked is not None and locked.session_id == self.session_id and locked.row_version == self._version + 1
+                and locked.last_seq == lost.seq and cursor.holds(self._spk, lost.seq, lost.entry_id, lost.line)):
+            return cursor, None
+        return cursor, self._lock(cursor, locked=locked)
 
     def _append_to(self, batch: _Batch, build: Callable[[str, str | None, str], dict], parent: str | bool | None,
                    *, entry_id: str | None = None, timestamp: str | None = None) -> dict:

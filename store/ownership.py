@@ -2,7 +2,9 @@
 
 Every write transaction of a :class:`~store.manager.SessionManager` reads the session row under
 the write lock (``store.db.appends.AppendCursor.lock_session``) and calls :func:`check_write`
-before it writes anything:
+before it writes anything (PostgreSQL's one-statement single append,
+``AppendCursor.insert_if_current``, writes only where the row passes the same checks, and leaves
+the others to this path):
 
 * **Optimistic writes.** ``sessions.row_version`` counts the write transactions that changed the
   session. A manager remembers the version it last opened, refreshed or wrote; if the row holds

@@ -77,6 +77,12 @@ def _calls_and_answers(rows: Sequence[tuple]) -> Iterator[tuple[bool, tuple]]:
                 yield False, answer
 
 
+def pairs_nothing(row: tuple) -> bool:
+    """Whether the row (a ``ROW_COLUMNS`` tuple) holds no tool call and no result that answers
+    one: writing it leaves ``tool_call_pairs`` as it is."""
+    return next(_calls_and_answers((row,)), None) is None
+
+
 def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:
     """Pair the calls and results among ``rows`` (just inserted, ``ROW_COLUMNS`` tuples in
     ``seq`` order per session) with each other and with the stored unanswered calls, and count

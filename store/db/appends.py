@@ -22,6 +22,7 @@ from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, native_sql, with
 from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
+_HOLDS = "SELECT 1 FROM entries WHERE session_pk = ? AND seq = ? AND entry_id = ? AND line = ?"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
 _LOCKED = ("SELECT session_id, last_seq, row_version, claim_owner, claim_token, claim_expires_ms "
            "FROM sessions WHERE pk = ?")
@@ -56,12 +57,33 @@ _VALUES = ", ".join("?" for _ in activity_days.KEY + activity_days.TOTALS)
 _ADD_DAY = activity_days.ADD.replace(f" VALUES ({_VALUES})", f" SELECT {_VALUES} FROM new")
 
 
+# ... and, for a write outside any transaction (AppendCursor.insert_if_current), first the session
+# row, locked only if it is as the writer last saw it: its version, its last row, its claim
+_CURRENT = ("current AS MATERIALIZED (SELECT 1 FROM sessions WHERE pk = ? AND session_id = ? AND row_version = ? "
+            "AND last_seq = ? AND {claim} FOR UPDATE)")
+_CLAIM = {False: "claim_owner IS NULL", True: "claim_owner = ? AND claim_token = ?"}
+
+
+class Seen(NamedTuple):
+    """The session row as a writer last left it (what :meth:`AppendCursor.insert_if_current`
+    requires); ``claim``: the writer's claim (owner, fencing token), if it holds one."""
+
+    session_id: str
+    row_version: int
+    last_seq: int
+    claim: tuple[str, int] | None
+
+
 @functools.cache
-def _insert_new_sql(with_day: bool, turn: str | None) -> str:
+def _insert_new_sql(with_day: bool, turn: str | None, claimed: bool | None = None) -> str:
     """The single statement: the row (``new``), its day's activity, its turn (``turn``: one of
     ``current_path``'s statements, which then only adds when the row was inserted), the session;
-    with PostgreSQL's own placeholders (:meth:`AppendCursor._execute_native`)."""
+    with PostgreSQL's own placeholders (:meth:`AppendCursor._execute_native`). ``claimed`` not
+    None: only if the session row is as seen (``_CURRENT``; True: by the claim's holder)."""
     parts = [f"new AS ({_INSERT_NEW} RETURNING 1)"]
+    if claimed is not None:
+        parts = [_CURRENT.format(claim=_CLAIM[claimed]),
+                 f"new AS ({_INSERT_NEW} AND EXISTS (SELECT 1 FROM current) RETURNING 1)"]
     if with_day:
         parts.append(f"activity_day AS ({_ADD_DAY})")
     if turn is not None:
@@ -89,6 +111,7 @@ class AppendCursor:
         self._dialect = dialect
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
         self._ids = dbapi_sql(dialect, _IDS)
+        self._holds = dbapi_sql(dialect, _HOLDS)
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
         self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
@@ -136,12 +159,7 @@ class AppendCursor:
         is written and the answer is False."""
         spk, entry_id = row[0], row[3]
         if self._one_statement:
-            day = activity_days.DayTotals()
-            day.add([row])
-            day_totals = day.parameters(self._dialect)
-            (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
-            if self._execute_native(_insert_new_sql(bool(day_totals), turn), (*without_path([row])[0], spk, entry_id,
-                                          *(day_totals[0] if day_totals else ()), *turn_parameters, *changes)) != 1:
+            if not self._insert_one(row, changes, turns):
                 return False
         else:  # in-process statements cost no round trip; SQLite would copy INSERT ... SELECT's row aside
             if self.id_taken(spk, entry_id):
@@ -153,6 +171,36 @@ class AppendCursor:
                 current_path.extend(self._cursor, self._dialect, spk, turns)
         pair_inserted(self._cursor, self._dialect, [row])
         return True
+
+    def insert_if_current(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None,
+                          seen: Seen) -> bool:
+        """PostgreSQL, on a connection in autocommit mode: :meth:`insert_new`'s statement as a
+        transaction of its own, which first locks the session row — only if it is as ``seen``
+        (no other write since, the same claim or none) — and writes only then; False: nothing
+        written (the row moved on, a claim changed, the entry's id is taken: the caller takes
+        the locked path, which tells which). Only for a row that pairs no tool call or result
+        (``store.analysis.pairs.pairs_nothing``) and lengthens the path's run."""
+        claim = () if seen.claim is None else seen.claim
+        return self._insert_one(row, changes, turns, seen.claim is not None,
+                                (row[0], seen.session_id, seen.row_version, seen.last_seq, *claim))
+
+    def holds(self, session_pk: int, seq: int, entry_id: str, line: str) -> bool:
+        """Whether the session's row ``seq`` is the entry ``entry_id`` written as ``line``."""
+        self._cursor.execute(self._holds, (session_pk, seq, entry_id, line))
+        return self._cursor.fetchone() is not None
+
+    def _insert_one(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None,
+                    claimed: bool | None = None, current: tuple = ()) -> bool:
+        """:meth:`insert_new`'s one statement (``claimed``, ``current``: ``_CURRENT``'s condition
+        and parameters, see :meth:`insert_if_current`)."""
+        spk, entry_id = row[0], row[3]
+        day = activity_days.DayTotals()
+        day.add([row])
+        day_totals = day.parameters(self._dialect)
+        (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
+        return self._execute_native(_insert_new_sql(bool(day_totals), turn, claimed), (
+            *current, *without_path([row])[0], spk, entry_id, *(day_totals[0] if day_totals else ()),
+            *turn_parameters, *changes)) == 1
 
     def _execute_native(self, sql: str, parameters: tuple) -> int:
         """Run ``sql`` (PostgreSQL's own ``$1, $2, …`` placeholders) in the transaction; its row

@@ -429,6 +429,34 @@ def driver_write_transaction(engine: Engine, begin: Callable[[Any, str], T]) -> 
         _give_back(engine, pooled)
 
 
+class ConnectionLost(StoreError):
+    """The connection of :func:`driver_statement` failed: its statement may or may not have been
+    applied (the caller must find out, under the lock, before it writes again)."""
+
+
+def driver_statement(engine: Engine, run: Callable[[Any], T]) -> T:
+    """``run(dbapi_connection)`` on a pooled PostgreSQL connection in autocommit mode, not pinged
+    when it leaves the pool: a single statement that is its own transaction (one round trip where
+    :func:`driver_write_transaction` takes three). Only when no timeout must be set per
+    transaction (not behind a transaction pooler). A connection that fails raises
+    :class:`ConnectionLost` (and is discarded); other driver errors as SQLAlchemy's."""
+    token = _UNCHECKED.set(True)
+    try:
+        pooled = engine.raw_connection()
+    finally:
+        _UNCHECKED.reset(token)
+    try:
+        pooled.dbapi_connection.autocommit = True
+        return run(pooled.dbapi_connection)
+    except engine.dialect.loaded_dbapi.Error as exc:
+        if engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None):
+            pooled.invalidate(exc)
+            raise ConnectionLost(f"the connection failed during an append: {exc}") from exc
+        raise driver_error(engine, exc) from exc
+    finally:
+        _give_back(engine, pooled)
+
+
 def driver_error(engine: Engine, error: Exception, statement: str | None = None) -> DBAPIError:
     """A driver's error of a statement sent past SQLAlchemy (:func:`driver_write_transaction`,
     ``BEGIN IMMEDIATE``) as SQLAlchemy raises it for its own statements: its class

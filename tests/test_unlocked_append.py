@@ -1,0 +1,148 @@
+"""The PostgreSQL single append without a transaction around it (``SessionManager._append_unlocked``):
+one statement that locks the session row only if it is as the manager last saw it, and writes
+only then. One round trip; the locked path takes over whenever it writes nothing; a connection
+that dies around the statement leaves the entry stored exactly once."""
+
+from __future__ import annotations
+
+import collections
+import re
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import event, text
+
+from store.db.appends import AppendCursor
+from store.errors import SessionChanged, SessionClaimed
+from store.session_store import SessionStore
+from tests.conftest import scratch_pg_database
+
+_SENT = re.compile(r"\tF\t\d+\t(\w+)")  # a frontend message in libpq's protocol trace
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with scratch_pg_database("pi_store_unlocked") as url:
+        yield url
+
+
+def user(n: int) -> dict:
+    return {"role": "user", "content": f"message {n}", "timestamp": n}
+
+
+def tool_call(n: int) -> dict:
+    return {"role": "assistant", "content": [{"type": "toolCall", "id": f"call{n}", "name": "read",
+                                              "arguments": {"path": "a.txt"}}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "m", "stopReason": "toolUse",
+            "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "timestamp": n}
+
+
+def round_trips(store: SessionStore, append) -> int:
+    """The round trips (simple queries and ``Sync`` messages) libpq sent while ``append()`` ran."""
+    with tempfile.TemporaryFile("w+") as trace:
+        @event.listens_for(store.engine, "connect")
+        def _trace(dbapi_connection, _record) -> None:
+            dbapi_connection.pgconn.trace(trace.fileno())
+
+        store.engine.dispose()  # every connection from here on is traced
+        try:
+            append()
+        finally:
+            event.remove(store.engine, "connect", _trace)
+            store.engine.dispose()
+        trace.seek(0)
+        sent = collections.Counter(_SENT.findall(trace.read()))
+    return sent["Query"] + sent["Sync"]
+
+
+def stored(store: SessionStore, session_id: str) -> tuple[list[str], int, int]:
+    """The session's entry ids in file order, its row version and last row, as stored."""
+    with store.engine.connect() as conn:
+        pk, version, last_seq = conn.execute(text("SELECT pk, row_version, last_seq FROM sessions "
+                                                  "WHERE session_id = :s"), {"s": session_id}).one()
+        ids = conn.execute(text("SELECT entry_id FROM entries WHERE session_pk = :pk AND kind = 'entry' "
+                                "ORDER BY seq"), {"pk": pk}).scalars().all()
+    return list(ids), version, last_seq
+
+
+def test_a_single_append_is_one_round_trip_after_any_write_of_its_manager(pg_url: str) -> None:
+    """Opened, after a single append, after a batch: the manager knows the session's last row and
+    version, and the next append is one statement. An entry that pairs a tool call takes the
+    locked transaction (three round trips and the pairing's)."""
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        sm.append_message(user(1))
+        assert round_trips(store, lambda: sm.append_message(user(2))) == 1
+        reopened = store.open(sm.get_session_id())
+        assert round_trips(store, lambda: reopened.append_message(user(3))) == 1
+        with reopened.batch():
+            reopened.append_message(user(4))
+            reopened.append_message(user(5))
+        assert round_trips(store, lambda: reopened.append_message(user(6))) == 1
+        assert round_trips(store, lambda: reopened.append_message(tool_call(7))) > 3
+        ids, version, _ = stored(store, sm.get_session_id())
+        assert len(ids) == 7 and version == reopened.get_version()
+
+
+def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str) -> None:
+    """The row moved on after ``stale`` last saw it: its statement finds no row to lock, the
+    locked path raises ``SessionChanged``; after a refresh it writes again."""
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        sm.append_message(user(1))
+        stale = store.open(sm.get_session_id())
+        sm.append_message(user(2))
+        with pytest.raises(SessionChanged):
+            stale.append_message(user(3))
+        stale.refresh()
+        stale.append_message(user(3))
+        ids, version, last_seq = stored(store, sm.get_session_id())
+        assert len(ids) == 3 and version == stale.get_version() and last_seq == len(ids)  # the header is row 0
+
+
+def test_a_claim_taken_after_the_manager_last_wrote_stops_its_next_append(pg_url: str) -> None:
+    """Claims change the session row without changing its version: the statement checks them too."""
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        sm.append_message(user(1))
+        other = store.open(sm.get_session_id())
+        other.claim("host-b", ttl_ms=None)
+        with pytest.raises(SessionClaimed):
+            sm.append_message(user(2))
+        other.append_message(user(3))  # the holder writes, unlocked (its claim's owner and token match)
+        other.claim("host-b", ttl_ms=None, force=True)  # a new token: writes under the old one are refused
+        assert [e["message"]["content"] for e in other.get_entries()] == ["message 1", "message 3"]
+        ids, version, _ = stored(store, sm.get_session_id())
+        assert len(ids) == 2 and version == other.get_version()
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_a_connection_that_dies_around_the_statement_leaves_the_entry_stored_once(
+        pg_url: str, applied: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ends the connection right after it applied the statement (or right before):
+    the append cannot know which, so the locked transaction looks first — the entry is there
+    once, the manager's view is the stored one, no error reaches the caller."""
+    real = AppendCursor.insert_if_current
+    kills = []
+
+    def dying(self: AppendCursor, *args) -> bool:
+        if applied:
+            real(self, *args)
+        kills.append(1)
+        self._connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        raise AssertionError("the server ended the connection: not reached")
+
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        sm.append_message(user(1))
+        monkeypatch.setattr(AppendCursor, "insert_if_current", dying)
+        second = sm.append_message(user(2))
+        monkeypatch.undo()
+        third = sm.append_message(user(3))
+        assert kills == [1]
+        ids, version, _ = stored(store, sm.get_session_id())
+        assert ids[1:] == [second, third] and version == sm.get_version()
+        assert [e["id"] for e in store.open(sm.get_session_id()).get_branch()][1:] == [second, third]
