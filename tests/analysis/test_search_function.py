@@ -1,0 +1,63 @@
+"""Migration 0013: PostgreSQL's ``pi_search_vector`` in PL/pgSQL — the same vector for every
+stored text as revision 0003's SQL function, still a call the planner prices (not inlined), and
+the GIN index built on the old function answers searches after the upgrade and the downgrade."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+
+from store.db.engine import alembic_config, make_engine
+from store.session_store import SessionStore
+from tests.conftest import scratch_pg_database
+from tests.oracle_support import FIXTURES
+
+FILES = [FIXTURES / "sessions" / name for name in ("small-seed1-0.jsonl", "medium-seed2-0.jsonl", "legacy-v1.jsonl")]
+# revision 0003's body, written out: what every stored row's vector must equal
+SAME_VECTOR = ("SELECT count(*), count(*) FILTER (WHERE pi_search_vector(search_text) IS DISTINCT FROM "
+               "to_tsvector('simple', regexp_replace(search_text, '[^[:alnum:]]+', ' ', 'g'))) FROM entries")
+LANGUAGE = ("SELECT l.lanname, p.proconfig IS NULL FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE p.proname = 'pi_search_vector'")
+SEARCH = "SELECT count(*) FROM entries WHERE pi_search_vector(search_text) @@ to_tsquery('simple', 'the')"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with scratch_pg_database("pi_store_search_fn") as url:
+        yield url
+
+
+def facts(url: str) -> tuple:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows, different = conn.execute(text(SAME_VECTOR)).one()
+        language = tuple(conn.execute(text(LANGUAGE)).one())
+        plan = "\n".join(conn.execute(text(f"EXPLAIN (VERBOSE) {SEARCH}")).scalars())
+        found = conn.execute(text(SEARCH)).scalar_one()
+    engine.dispose()
+    assert rows > 100 and different == 0
+    assert "pi_search_vector(entries.search_text)" in plan  # a priced call, not the inlined body
+    return language, found
+
+
+def test_the_plpgsql_function_gives_every_row_the_vector_of_revision_0003(pg_url: str) -> None:
+    with SessionStore.connect(pg_url) as store:
+        for path in FILES:
+            store.import_file(path)
+        searched = [hit.entry_id for hit in store.search("the")]
+    language, found = facts(pg_url)
+    assert language == ("plpgsql", True)  # no SET clause: every name in its body is qualified
+    assert found > 0 and searched
+
+    engine = make_engine(pg_url)
+    config = alembic_config(engine)
+    command.downgrade(config, "0012")
+    assert facts(pg_url) == (("sql", False), found)
+    command.upgrade(config, "head")
+    engine.dispose()
+    assert facts(pg_url) == (language, found)
+    with SessionStore.connect(pg_url) as store:
+        assert [hit.entry_id for hit in store.search("the")] == searched
