@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, literal_column, select
 
 from store import new_entries, services
 from store.analysis import fts
-from store.analysis.pairs import pairs_nothing
+from store.analysis.pairs import row_pairing
 from store.context_window import context_path
 from store.db import current_path, queries
 from store.db.appends import AppendCursor, LockedSession, Seen, session_changes
@@ -365,7 +365,8 @@ class SessionManager:
         """Write one entry under the leaf as one statement that is its own transaction
         (``AppendCursor.insert_if_current``: one round trip where the locked transaction takes
         three), if the session row is as this manager last saw it — its version, its last row,
-        its claim — and the entry pairs no tool call or result and lengthens the leaf's run;
+        its claim — and the entry lengthens the leaf's run and is not a failed tool result
+        (whose failures are counted first, ``store.analysis.pairs.pair_inserted``);
         else nothing is written and the locked path takes over with the same id and timestamp.
         A connection that fails leaves it unknown whether the entry was written
         (``attempt.lost``): the locked path finds out first."""
@@ -383,10 +384,11 @@ class SessionManager:
             attempt.entry = self._append_to(batch, build, False, entry_id=attempt.entry_id, timestamp=timestamp)
             row = batch.unwritten[0]
             attempt.seq, attempt.line, attempt.leaf = batch.last_seq, row[_LINE], (self._leaf, self._leaf_id)
-            if self._moved_run(batch) or not pairs_nothing(row):
+            pairing = row_pairing(row)
+            if self._moved_run(batch) or pairing is None:
                 return False
             attempt.sent = True
-            return cursor.insert_if_current(row, self._changes(batch), batch.turns, seen)
+            return cursor.insert_if_current(row, self._changes(batch), batch.turns, seen, pairing)
 
         try:
             attempt.written = driver_statement(self._engine, run)

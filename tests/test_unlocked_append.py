@@ -40,6 +40,11 @@ def tool_call(n: int) -> dict:
             "timestamp": n}
 
 
+def tool_result(n: int, *, error: bool) -> dict:
+    return {"role": "toolResult", "toolCallId": f"call{n}", "toolName": "read", "isError": error,
+            "content": [{"type": "text", "text": "no such file" if error else "contents"}], "timestamp": n}
+
+
 def round_trips(store: SessionStore, append) -> int:
     """The round trips (simple queries and ``Sync`` messages) libpq sent while ``append()`` ran."""
     with tempfile.TemporaryFile("w+") as trace:
@@ -70,8 +75,8 @@ def stored(store: SessionStore, session_id: str) -> tuple[list[str], int, int]:
 
 def test_a_single_append_is_one_round_trip_after_any_write_of_its_manager(pg_url: str) -> None:
     """Opened, after a single append, after a batch: the manager knows the session's last row and
-    version, and the next append is one statement. An entry that pairs a tool call takes the
-    locked transaction (three round trips and the pairing's)."""
+    version, and the next append is one statement, tool calls and their results paired in it. A
+    failed result takes the locked transaction (its failures are counted before it answers)."""
     with SessionStore.connect(pg_url) as store:
         sm = store.create("/w")
         sm.append_message(user(1))
@@ -82,9 +87,15 @@ def test_a_single_append_is_one_round_trip_after_any_write_of_its_manager(pg_url
             reopened.append_message(user(4))
             reopened.append_message(user(5))
         assert round_trips(store, lambda: reopened.append_message(user(6))) == 1
-        assert round_trips(store, lambda: reopened.append_message(tool_call(7))) > 3
+        assert round_trips(store, lambda: reopened.append_message(tool_call(7))) == 1
+        assert round_trips(store, lambda: reopened.append_message(tool_result(7, error=False))) == 1
+        reopened.append_message(tool_call(8))
+        assert round_trips(store, lambda: reopened.append_message(tool_result(8, error=True))) > 3
         ids, version, _ = stored(store, sm.get_session_id())
-        assert len(ids) == 7 and version == reopened.get_version()
+        assert len(ids) == 10 and version == reopened.get_version()
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT tool_call_id, result_seq - seq, is_error FROM tool_calls ORDER BY seq")
+                                ).all() == [("call7", 1, 0), ("call8", 1, 1)]
 
 
 def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from sqlalchemy import Connection, Dialect
@@ -77,10 +77,44 @@ def _calls_and_answers(rows: Sequence[tuple]) -> Iterator[tuple[bool, tuple]]:
                 yield False, answer
 
 
-def pairs_nothing(row: tuple) -> bool:
-    """Whether the row (a ``ROW_COLUMNS`` tuple) holds no tool call and no result that answers
-    one: writing it leaves ``tool_call_pairs`` as it is."""
-    return next(_calls_and_answers((row,)), None) is None
+class RowPairing(NamedTuple):
+    """What one row adds to ``tool_call_pairs`` as statements that can join another one (the
+    single append's, ``store.db.appends``): its calls' rows, the answer it gives (``_ANSWER``
+    parameters), each written only where ``condition`` (SQL) holds."""
+
+    calls: tuple[tuple, ...]
+    answer: tuple | None
+
+    def statements(self, condition: str) -> list[tuple[str, tuple]]:
+        """(SQL, parameters) of each statement, in order."""
+        statements = []
+        if self.calls:
+            statements.append((_insert_calls_sql(len(self.calls), condition), tuple(v for c in self.calls for v in c)))
+        if self.answer is not None:
+            statements.append((f"{_ANSWER} AND {condition}", self.answer))
+        return statements
+
+
+def row_pairing(row: tuple) -> RowPairing | None:
+    """The pairing of one row (a ``ROW_COLUMNS`` tuple) as :class:`RowPairing`; None for a
+    failed result, whose failures are counted in ``activity_days`` first (:func:`pair_inserted`)."""
+    calls, answers = [], []
+    for is_call, values in _calls_and_answers((row,)):
+        (calls if is_call else answers).append(values)
+    if any(answer[1] for answer in answers):
+        return None
+    return RowPairing(tuple(calls), answers[0] if answers else None)
+
+
+_CALL_VALUES = ("(CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT), "
+                "CAST(? AS BIGINT), CAST(? AS TEXT))")
+
+
+@functools.cache
+def _insert_calls_sql(count: int, condition: str) -> str:
+    """``_INSERT`` of ``count`` calls in one statement, where ``condition`` holds."""
+    return (f"{_INSERT.split(' VALUES ')[0]} SELECT * FROM (VALUES {', '.join([_CALL_VALUES] * count)}) AS calls "
+            f"WHERE {condition}")
 
 
 def pair_inserted(cursor: Any, dialect: Dialect, rows: Sequence[tuple]) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Dialect
 from sqlalchemy.util import await_only
 
 from store.analysis import activity_days
-from store.analysis.pairs import pair_inserted
+from store.analysis.pairs import RowPairing, pair_inserted
 from store.db import current_path
 from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, native_sql, without_path
 from store.format.jsdate import storable_ms
@@ -74,12 +74,17 @@ class Seen(NamedTuple):
     claim: tuple[str, int] | None
 
 
+_INSERTED = "EXISTS (SELECT 1 FROM new)"
+
+
 @functools.cache
-def _insert_new_sql(with_day: bool, turn: str | None, claimed: bool | None = None) -> str:
+def _insert_new_sql(with_day: bool, turn: str | None, claimed: bool | None = None,
+                    pairing: tuple[str, ...] = ()) -> str:
     """The single statement: the row (``new``), its day's activity, its turn (``turn``: one of
     ``current_path``'s statements, which then only adds when the row was inserted), the session;
     with PostgreSQL's own placeholders (:meth:`AppendCursor._execute_native`). ``claimed`` not
-    None: only if the session row is as seen (``_CURRENT``; True: by the claim's holder)."""
+    None: only if the session row is as seen (``_CURRENT``; True: by the claim's holder), and
+    then with the row's ``pairing`` statements too (``store.analysis.pairs.RowPairing``)."""
     parts = [f"new AS ({_INSERT_NEW} RETURNING 1)"]
     if claimed is not None:
         parts = [_CURRENT.format(claim=_CLAIM[claimed]),
@@ -88,7 +93,8 @@ def _insert_new_sql(with_day: bool, turn: str | None, claimed: bool | None = Non
         parts.append(f"activity_day AS ({_ADD_DAY})")
     if turn is not None:
         parts.append(f"path_turn AS ({turn.format(source=' FROM new')})")
-    return native_sql(f"WITH {', '.join(parts)} {_ADVANCE} AND EXISTS (SELECT 1 FROM new)")
+    parts.extend(f"pairing_{n} AS ({sql})" for n, sql in enumerate(pairing))
+    return native_sql(f"WITH {', '.join(parts)} {_ADVANCE} AND {_INSERTED}")
 
 
 class LockedSession(NamedTuple):
@@ -173,16 +179,19 @@ class AppendCursor:
         return True
 
     def insert_if_current(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None,
-                          seen: Seen) -> bool:
-        """PostgreSQL, on a connection in autocommit mode: :meth:`insert_new`'s statement as a
-        transaction of its own, which first locks the session row — only if it is as ``seen``
-        (no other write since, the same claim or none) — and writes only then; False: nothing
-        written (the row moved on, a claim changed, the entry's id is taken: the caller takes
-        the locked path, which tells which). Only for a row that pairs no tool call or result
-        (``store.analysis.pairs.pairs_nothing``) and lengthens the path's run."""
+                          seen: Seen, pairing: RowPairing) -> bool:
+        """PostgreSQL, on a connection in autocommit mode: :meth:`insert_new`'s statement, with
+        the row's ``pairing``, as a transaction of its own, which first locks the session row —
+        only if it is as ``seen`` (no other write since, the same claim or none) — and writes
+        only then; False: nothing written (the row moved on, a claim changed, the entry's id is
+        taken: the caller takes the locked path, which tells which). Only for a row that
+        lengthens the path's run."""
         claim = () if seen.claim is None else seen.claim
+        statements = pairing.statements(_INSERTED)
         return self._insert_one(row, changes, turns, seen.claim is not None,
-                                (row[0], seen.session_id, seen.row_version, seen.last_seq, *claim))
+                                (row[0], seen.session_id, seen.row_version, seen.last_seq, *claim),
+                                tuple(sql for sql, _ in statements),
+                                tuple(v for _, values in statements for v in values))
 
     def holds(self, session_pk: int, seq: int, entry_id: str, line: str) -> bool:
         """Whether the session's row ``seq`` is the entry ``entry_id`` written as ``line``."""
@@ -190,17 +199,18 @@ class AppendCursor:
         return self._cursor.fetchone() is not None
 
     def _insert_one(self, row: tuple, changes: tuple, turns: current_path.PathTurns | None,
-                    claimed: bool | None = None, current: tuple = ()) -> bool:
+                    claimed: bool | None = None, current: tuple = (), pairing: tuple[str, ...] = (),
+                    pairing_parameters: tuple = ()) -> bool:
         """:meth:`insert_new`'s one statement (``claimed``, ``current``: ``_CURRENT``'s condition
-        and parameters, see :meth:`insert_if_current`)."""
+        and parameters; ``pairing``: the row's pairing statements; see :meth:`insert_if_current`)."""
         spk, entry_id = row[0], row[3]
         day = activity_days.DayTotals()
         day.add([row])
         day_totals = day.parameters(self._dialect)
         (turn, turn_parameters), = turns.appended(self._dialect, spk) if turns and turns.turns else [(None, ())]
-        return self._execute_native(_insert_new_sql(bool(day_totals), turn, claimed), (
+        return self._execute_native(_insert_new_sql(bool(day_totals), turn, claimed, pairing), (
             *current, *without_path([row])[0], spk, entry_id, *(day_totals[0] if day_totals else ()),
-            *turn_parameters, *changes)) == 1
+            *turn_parameters, *pairing_parameters, *changes)) == 1
 
     def _execute_native(self, sql: str, parameters: tuple) -> int:
         """Run ``sql`` (PostgreSQL's own ``$1, $2, …`` placeholders) in the transaction; its row
