@@ -9,13 +9,16 @@ import collections
 import re
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.util import await_only
 
 from store.db.appends import AppendCursor
 from store.errors import SessionChanged, SessionClaimed
 from store.session_store import SessionStore
+from tests.async_as_sync import async_store
 from tests.conftest import scratch_pg_database
 
 _SENT = re.compile(r"\tF\t\d+\t(\w+)")  # a frontend message in libpq's protocol trace
@@ -63,6 +66,17 @@ def round_trips(store: SessionStore, append) -> int:
     return sent["Query"] + sent["Sync"]
 
 
+@contextmanager
+def connected(url: str, api: str) -> Iterator[SessionStore]:
+    """A store on ``url`` through the sync API, or the async one with the sync call shapes."""
+    if api == "async":
+        with async_store(url) as store:
+            yield store  # type: ignore[misc]
+        return
+    with SessionStore.connect(url) as store:
+        yield store
+
+
 def stored(store: SessionStore, session_id: str) -> tuple[list[str], int, int]:
     """The session's entry ids in file order, its row version and last row, as stored."""
     with store.engine.connect() as conn:
@@ -98,10 +112,11 @@ def test_a_single_append_is_one_round_trip_after_any_write_of_its_manager(pg_url
                                 ).all() == [("call7", 1, 0), ("call8", 1, 1)]
 
 
-def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str) -> None:
+@pytest.mark.both_apis
+def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str, api: str) -> None:
     """The row moved on after ``stale`` last saw it: its statement finds no row to lock, the
     locked path raises ``SessionChanged``; after a refresh it writes again."""
-    with SessionStore.connect(pg_url) as store:
+    with connected(pg_url, api) as store:
         sm = store.create("/w")
         sm.append_message(user(1))
         stale = store.open(sm.get_session_id())
@@ -114,9 +129,10 @@ def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str) -> None:
         assert len(ids) == 3 and version == stale.get_version() and last_seq == len(ids)  # the header is row 0
 
 
-def test_a_claim_taken_after_the_manager_last_wrote_stops_its_next_append(pg_url: str) -> None:
+@pytest.mark.both_apis
+def test_a_claim_taken_after_the_manager_last_wrote_stops_its_next_append(pg_url: str, api: str) -> None:
     """Claims change the session row without changing its version: the statement checks them too."""
-    with SessionStore.connect(pg_url) as store:
+    with connected(pg_url, api) as store:
         sm = store.create("/w")
         sm.append_message(user(1))
         other = store.open(sm.get_session_id())
@@ -130,9 +146,10 @@ def test_a_claim_taken_after_the_manager_last_wrote_stops_its_next_append(pg_url
         assert len(ids) == 2 and version == other.get_version()
 
 
+@pytest.mark.both_apis
 @pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
 def test_a_connection_that_dies_around_the_statement_leaves_the_entry_stored_once(
-        pg_url: str, applied: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        pg_url: str, api: str, applied: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server ends the connection right after it applied the statement (or right before):
     the append cannot know which, so the locked transaction looks first — the entry is there
     once, the manager's view is the stored one, no error reaches the caller."""
@@ -143,10 +160,14 @@ def test_a_connection_that_dies_around_the_statement_leaves_the_entry_stored_onc
         if applied:
             real(self, *args)
         kills.append(1)
-        self._connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        end = "SELECT pg_terminate_backend(pg_backend_pid())"
+        if api == "async":  # psycopg's AsyncConnection behind SQLAlchemy's adapter
+            await_only(self._connection.driver_connection.execute(end))
+        else:
+            self._connection.execute(end)
         raise AssertionError("the server ended the connection: not reached")
 
-    with SessionStore.connect(pg_url) as store:
+    with connected(pg_url, api) as store:
         sm = store.create("/w")
         sm.append_message(user(1))
         monkeypatch.setattr(AppendCursor, "insert_if_current", dying)
