@@ -5,6 +5,8 @@ itself; appends run these few fixed statements straight on the transaction's DBA
 (``?`` placeholders, rewritten to ``%s`` for psycopg). The SQL is the same on both engines, except
 that PostgreSQL sends :meth:`AppendCursor.insert_new`'s id check, insert and session update as
 one statement (a data-modifying ``WITH``): each statement there is a round trip to the server.
+:meth:`AppendCursor.insert_if_current` sends that statement outside any transaction, guarded by
+the session row as the writer last saw it: the whole single append in one round trip.
 """
 
 from __future__ import annotations
