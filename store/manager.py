@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import Connection, Engine, literal_column, select
+from sqlalchemy.exc import DBAPIError
 
 from store import new_entries, services
 from store.analysis import fts
@@ -314,29 +315,44 @@ class SessionManager:
         if attempt is not None and attempt.written:
             return self._appended(attempt.entry, attempt.seq)
         begin = self._begin_single if attempt is None or not attempt.lost else partial(self._begin_single, lost=attempt)
+        landed = False
         try:
             with driver_write_transaction(self._engine, begin) as (cursor, last_seq):
-                if last_seq is None:  # the lost attempt had been written
-                    assert attempt is not None
-                    self._leaf, self._leaf_id = attempt.leaf
-                    return self._appended(attempt.entry, attempt.seq)
-                candidates, timestamp = self._first_try(attempt)
-                batch = _Batch(None, cursor, last_seq=last_seq)
-                entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
-                moved = self._moved_run(batch)
-                if cursor.insert_new(batch.unwritten.pop(), self._changes(batch), None if moved else batch.turns):
-                    if moved:
-                        cursor.refresh_path(self._spk)
-                else:
-                    self._leaf, self._leaf_id = base
-                    batch = _Batch(None, cursor, last_seq=last_seq)
-                    entry_id = self._new_id(batch, candidates)
-                    entry = self._append_to(batch, build, False, entry_id=entry_id, timestamp=timestamp)
-                    self._write(batch)
+                landed = last_seq is None  # the lost attempt had been written (counted once this ends)
+                if not landed:
+                    entry, last_seq = self._write_single(build, cursor, last_seq, attempt)
+        except DBAPIError:
+            if not landed:  # found committed, the entry stays so whatever ends the reading transaction
+                self._leaf, self._leaf_id = base
+                raise
         except BaseException:
             self._leaf, self._leaf_id = base
             raise
-        return self._appended(entry, batch.last_seq)
+        if landed:
+            assert attempt is not None
+            self._leaf, self._leaf_id = attempt.leaf
+            return self._appended(attempt.entry, attempt.seq)
+        return self._appended(entry, last_seq)
+
+    def _write_single(self, build: Callable[[str, str | None, str], dict], cursor: AppendCursor, last_seq: int,
+                      attempt: _Attempt | None) -> tuple[dict, int]:
+        """The locked single append (inside its transaction, ``last_seq`` read under the lock):
+        the entry and the session's new last row."""
+        base = (self._leaf, self._leaf_id)
+        candidates, timestamp = self._first_try(attempt)
+        batch = _Batch(None, cursor, last_seq=last_seq)
+        entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
+        moved = self._moved_run(batch)
+        if cursor.insert_new(batch.unwritten.pop(), self._changes(batch), None if moved else batch.turns):
+            if moved:
+                cursor.refresh_path(self._spk)
+            return entry, batch.last_seq
+        self._leaf, self._leaf_id = base
+        batch = _Batch(None, cursor, last_seq=last_seq)
+        entry_id = self._new_id(batch, candidates)
+        entry = self._append_to(batch, build, False, entry_id=entry_id, timestamp=timestamp)
+        self._write(batch)
+        return entry, batch.last_seq
 
     def _appended(self, entry: dict, last_seq: int) -> dict:
         self._count_write(last_seq)
@@ -405,13 +421,15 @@ class SessionManager:
                       lost: _Attempt | None = None) -> tuple[AppendCursor, int | None]:
         """The single append's cursor and the session's ``last_seq``, checked under the lock
         (``opening``: see ``driver_write_transaction``); None for ``last_seq`` when the ``lost``
-        unlocked attempt turns out to have been written (the row holds its entry, one version on)."""
+        unlocked attempt turns out to have been written (the session holds its entry as its line)."""
         cursor = AppendCursor(dbapi_connection, self._engine.dialect)
         if lost is None:
             return cursor, self._lock(cursor, opening)
         locked = cursor.lock_session(self._spk, opening)
-        if (locked is not None and locked.session_id == self.session_id and locked.row_version == self._version + 1
-                and locked.last_seq == lost.seq and cursor.holds(self._spk, lost.seq, lost.entry_id, lost.line)):
+        # its row is there, whatever was written since: this manager's write, one version on from
+        # what it knew (the next append learns of the others' writes as usual)
+        if (locked is not None and locked.session_id == self.session_id
+                and cursor.holds(self._spk, lost.seq, lost.entry_id, lost.line)):
             return cursor, None
         return cursor, self._lock(cursor, locked=locked)
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import collections
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
 from store.db.appends import AppendCursor
@@ -178,3 +180,77 @@ def test_a_connection_that_dies_around_the_statement_leaves_the_entry_stored_onc
         ids, version, _ = stored(store, sm.get_session_id())
         assert ids[1:] == [second, third] and version == sm.get_version()
         assert [e["id"] for e in store.open(sm.get_session_id()).get_branch()][1:] == [second, third]
+
+
+def end_backend(url: str, connection) -> None:
+    """The server ends this (sync psycopg) connection's backend, from another connection; the
+    connection's next statement fails."""
+    import psycopg
+
+    pid = connection.info.backend_pid
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            time.sleep(0.01)
+
+
+def test_a_lost_statement_found_written_after_another_writer_is_still_this_managers_write(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statement was applied, another writer appended, then the connection died: the entry is
+    this manager's (its line is there), not a reason to report ``SessionChanged`` — a caller that
+    refreshed and tried again would store it twice. The next append learns of the other write."""
+    real = AppendCursor.insert_if_current
+
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        first = sm.append_message(user(1))
+        other = store.open(sm.get_session_id())
+
+        def applied_then_other_then_lost(self: AppendCursor, *args) -> bool:
+            real(self, *args)
+            monkeypatch.undo()  # the other writer's append is a plain one
+            other.refresh()  # it sees the applied entry
+            other.append_message(user(99))
+            self._connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            raise AssertionError("not reached")
+
+        monkeypatch.setattr(AppendCursor, "insert_if_current", applied_then_other_then_lost)
+        second = sm.append_message(user(2))
+        ids, _, _ = stored(store, sm.get_session_id())
+        assert ids[:2] == [first, second] and len(ids) == 3  # and the other writer's
+        with pytest.raises(SessionChanged):
+            sm.append_message(user(3))
+        sm.refresh()
+        sm.append_message(user(3))
+        assert len(stored(store, sm.get_session_id())[0]) == 4
+
+
+def test_a_failure_after_the_lost_statement_was_found_written_does_not_undo_it(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection dies after the statement, and the connection of the check that finds it
+    written dies before that check's (read-only) transaction ends: the entry is stored all the
+    same, the manager counts it, and its next append goes under it — no fork, no error."""
+    real_insert, real_holds = AppendCursor.insert_if_current, AppendCursor.holds
+
+    def applied_then_lost(self: AppendCursor, *args) -> bool:
+        real_insert(self, *args)
+        self._connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        raise AssertionError("not reached")
+
+    def holds_then_lost(self: AppendCursor, *args) -> bool:
+        found = real_holds(self, *args)
+        end_backend(pg_url, self._connection)  # the transaction's COMMIT then fails
+        return found
+
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/w")
+        sm.append_message(user(1))
+        monkeypatch.setattr(AppendCursor, "insert_if_current", applied_then_lost)
+        monkeypatch.setattr(AppendCursor, "holds", holds_then_lost)
+        second = sm.append_message(user(2))
+        monkeypatch.undo()
+        third = sm.append_message(user(3))
+        entries = [e for e in store.open(sm.get_session_id()).get_entries()]
+        assert [(e["id"], e["parentId"]) for e in entries][1:] == [(second, entries[0]["id"]), (third, second)]
+        assert stored(store, sm.get_session_id())[1] == sm.get_version()

@@ -10,7 +10,10 @@ Only values written from now on are compressed so (``SET COMPRESSION`` changes t
 setting, not its stored values: nothing is rewritten, the table is locked only for the change of
 its definition); older values stay pglz and read as before. A server built without LZ4 keeps
 pglz (the migration checks ``default_toast_compression``'s choices). SQL users notice nothing:
-the values read the same. Downgrade sets the columns back to the server's default.
+the values read the same. A dump of such a database (``pg_dump``) names the columns' LZ4: it
+restores on a server built without LZ4 only when dumped with ``--no-toast-compression``. Downgrade
+sets the columns back to the server's default (PostgreSQL 14 and later: older servers have no
+``SET COMPRESSION``, and upgrade left them alone).
 
 Revision ID: 0014
 Revises: 0013
@@ -43,5 +46,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql" and bind.execute(text(_LZ4)).scalar():  # what upgrade changed
         _compress("DEFAULT")
