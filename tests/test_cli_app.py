@@ -56,6 +56,27 @@ def test_read_commands_do_not_create_a_missing_file(tmp_path: Path, args: list[s
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.parametrize("args", [["list"], ["search", "x"], ["stats"], ["sql", "SELECT 1"], ["verify", "--all"],
+                                  ["export", "--all", "out"]])
+def test_read_commands_do_not_create_a_store_in_an_empty_database(db_url: str, tmp_path: Path,
+                                                                   args: list[str]) -> None:
+    """An empty PostgreSQL database, an empty SQLite file: a read command refuses and leaves it
+    as it was (no tables; the SQLite file still empty)."""
+    from sqlalchemy import create_engine, inspect
+
+    if db_url.startswith("sqlite"):
+        (tmp_path / "store.db").touch()
+    code, out, err = run("--db", db_url, *args)
+    assert code == 1 and out == ""
+    assert err.startswith("Error: no pi-store database at ") and err.count("\n") == 1
+    if db_url.startswith("sqlite"):
+        assert (tmp_path / "store.db").stat().st_size == 0
+    else:
+        engine = create_engine(db_url)
+        assert [name for name in inspect(engine).get_table_names() if name != "usage_days"] == []
+        engine.dispose()
+
+
 def test_version_and_help() -> None:
     code, out, _ = run("--version")
     assert code == 0 and out.startswith("pi-store, version ")

@@ -256,7 +256,8 @@ def current_store() -> SessionStore:
 def open_store(url: str, *, for_reading: bool) -> SessionStore:
     """Open the store at ``url`` (creating or upgrading its schema where it can).
 
-    ``for_reading``, a SQLite file that does not exist is an error (reading never creates one), and
+    ``for_reading``, a SQLite file that does not exist, or a database without the store's schema,
+    is an error (reading never creates one), and
     one that cannot be written here (a read-only file or folder, a full disk: even the ``-shm``
     file SQLite needs for its WAL cannot be made) is opened read-only: ``mode=ro`` first, which
     stays right with concurrent writers, else ``immutable`` when no ``-wal`` file holds commits
@@ -271,29 +272,41 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
     path = sqlite_path(url)
     if for_reading and path is not None and not path.exists():
         raise click.ClickException(f"no database at {path} (a write command, e.g. pi-store import, creates it)")
+    if for_reading and path is not None and path.is_file() and path.stat().st_size == 0:  # SQLite would write its header
+        raise click.ClickException(f"no pi-store database at {path}: the file is empty "
+                                   "(a write command, e.g. pi-store import, creates one)")
     if not for_reading and path is not None and (reason := _unwritable(path)):
         raise click.ClickException(f"cannot write to {masked_url(url)}: {reason}")
     try:
-        return _connect(url, None)
+        return _connect(url, None, must_exist=for_reading)
     except DBAPIError as exc:
         if not for_reading or path is None or not path.is_file() or sqlite_fault(exc) not in CANNOT_WRITE:
             raise
         failure = exc
     for mode in ("ro",) if wal_holds_commits(path) else ("ro", "immutable"):
         try:
-            return _connect(url, mode)
+            return _connect(url, mode, must_exist=True)
         except DBAPIError as exc:
             if sqlite_fault(exc) not in CANNOT_WRITE:
                 raise
     raise failure
 
 
-def _connect(url: str, read_only: ReadOnly | None) -> SessionStore:
+def _connect(url: str, read_only: ReadOnly | None, *, must_exist: bool = False) -> SessionStore:
+    """The store at ``url``, its schema created or upgraded; ``must_exist``: a database without
+    the store's schema (an empty PostgreSQL database, an empty SQLite file) is an error instead —
+    a read command creates nothing."""
+    from sqlalchemy import inspect
+
     from store.db.engine import ensure_schema, make_engine
+    from store.db.faults import masked_url
     from store.session_store import SessionStore
 
     engine = make_engine(url, read_only=read_only)
     try:
+        if must_exist and not inspect(engine).has_table("alembic_version"):
+            raise click.ClickException(f"no pi-store database at {masked_url(url)}: it holds no store yet "
+                                       "(a write command, e.g. pi-store import, creates one)")
         ensure_schema(engine)  # Alembic (slow to import) only when an upgrade is needed
     except BaseException:
         engine.dispose()
