@@ -17,3 +17,50 @@ def test_store_errors_are_one_line(tmp_path: Path, args: list[str]) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.startswith("Error: ") and "Traceback" not in done.stderr, done.stderr
+
+
+SMALL = Path(__file__).resolve().parent / "fixtures" / "oracle" / "sessions" / "small-seed1-0.jsonl"
+
+
+def _stored(tmp_path: Path) -> tuple[list[str], str]:
+    """The command prefix on a store holding SMALL, and its session id."""
+    pi_store = [sys.executable, "-m", "store.cli", "--db", str(tmp_path / "s.db")]
+    subprocess.run([*pi_store, "import", str(SMALL)], check=True, capture_output=True, timeout=120)
+    listed = subprocess.run([*pi_store, "list", "--json"], check=True, capture_output=True, text=True, timeout=120)
+    return pi_store, __import__("json").loads(listed.stdout)[0]["id"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(),
+                    reason="no /dev/full here (a device whose writes fail as on a full disk)")
+@pytest.mark.parametrize("to", ["stdout", "-o"])
+def test_output_that_cannot_be_written_fails_the_command(tmp_path: Path, to: str) -> None:
+    """``export > backup.jsonl`` on a full disk must not exit 0 with the backup cut short."""
+    pi_store, session = _stored(tmp_path)
+    for args in ([*pi_store, "export", session], [*pi_store, "list"]):
+        if to == "-o" and args[-1] == session:
+            done = subprocess.run([*args, "-o", "/dev/full"], capture_output=True, text=True, timeout=120)
+        else:
+            with open("/dev/full", "wb") as full:
+                done = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert done.returncode == 1, args
+        assert done.stderr.startswith("Error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "No space left on device" in done.stderr
+    assert Path("/dev/full").is_char_device()
+
+
+def test_export_to_a_pipe_writes_through_it(tmp_path: Path) -> None:
+    """``-o`` naming a FIFO (or a device, /dev/stdout): written in place, not replaced by a file
+    renamed over it (the atomic write of regular files; as root it replaced /dev/full itself)."""
+    import os
+    import threading
+
+    pi_store, session = _stored(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = subprocess.run([*pi_store, "export", session, "-o", str(fifo)], capture_output=True, timeout=120)
+    reader.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert received == [SMALL.read_bytes()] and fifo.is_fifo()

@@ -127,7 +127,9 @@ class _Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit
+            return result
         except KeyboardInterrupt:
             ctx.exit(130)
         except BrokenPipeError:  # the reader left (``| head``): stop quietly, as a killed writer would

@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -118,8 +119,15 @@ def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
     Anything raised on the way (by ``chunks`` too, ``KeyboardInterrupt`` included) removes the
     temporary file and leaves ``path`` as it was. The new file keeps an existing file's permission
     bits; a new one gets the process's umask, as ``open`` gives it.
+
+    A ``path`` that is not a regular file — a terminal, a pipe, ``/dev/stdout``, ``/dev/null`` — is
+    written in place: renaming over it would replace the device or pipe with a file (as root,
+    ``/dev/null`` itself).
     """
     target = os.path.realpath(path)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.stat(target).st_mode):
+            return _write_in_place(target, chunks)
     folder = os.path.dirname(target)
     temporary = os.path.join(folder, f".pi-store-{secrets.token_hex(8)}.tmp")
     written = 0
@@ -139,6 +147,16 @@ def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
             os.unlink(temporary)
         raise
     _fsync_folder(folder)
+    return written
+
+
+def _write_in_place(target: str, chunks: Iterable[bytes]) -> int:
+    """Write ``chunks`` to the existing non-regular file ``target`` (a device, a pipe)."""
+    written = 0
+    with open(target, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            written += len(chunk)
     return written
 
 
