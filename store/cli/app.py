@@ -274,7 +274,7 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
     path = sqlite_path(url)
     if for_reading and path is not None and not path.exists():
         raise click.ClickException(f"no database at {path} (a write command, e.g. pi-store import, creates it)")
-    if for_reading and path is not None and path.is_file() and path.stat().st_size == 0:  # SQLite would write its header
+    if for_reading and path is not None and path.is_file() and path.stat().st_size == 0:  # SQLite: its header
         raise click.ClickException(f"no pi-store database at {path}: the file is empty "
                                    "(a write command, e.g. pi-store import, creates one)")
     if not for_reading and path is not None and (reason := _unwritable(path)):

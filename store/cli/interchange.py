@@ -254,8 +254,9 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
         elif output:
             current_store().export_jsonl(session, output, as_migrated=as_migrated)
         else:
-            for chunk in current_store().iter_export(session, as_migrated=as_migrated):
-                sys.stdout.buffer.write(chunk)
+            with contextlib.closing(current_store().iter_export(session, as_migrated=as_migrated)) as chunks:
+                for chunk in chunks:  # closed here when a write stops it, while the store is open
+                    sys.stdout.buffer.write(chunk)
     except (OSError, SQLAlchemyError) as exc:
         kept = f" ({output} is unchanged)" if output else ""
         raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc

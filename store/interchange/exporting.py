@@ -124,7 +124,16 @@ def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
     written in place: renaming over it would replace the device or pipe with a file (as root,
     ``/dev/null`` itself).
     """
-    target = os.path.realpath(path)
+    iterator = iter(chunks)
+    try:
+        return _write_atomically(os.path.realpath(path), iterator)
+    finally:  # a generator stopped by a failed write ends now, while what it reads is still open
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
+def _write_atomically(target: str, chunks: Iterator[bytes]) -> int:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISREG(os.stat(target).st_mode):
             return _write_in_place(target, chunks)

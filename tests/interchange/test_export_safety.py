@@ -203,3 +203,25 @@ def test_export_all_reports_instead_of_raising(store: SessionStore, tmp_path: Pa
     (tmp_path / "out").write_bytes(PRECIOUS)  # the folder is a file: nothing can be written
     done = export_all(store, tmp_path / "out")
     assert [d.error is not None for d in done] == [True] and (tmp_path / "out").read_bytes() == PRECIOUS
+
+
+def test_a_write_that_fails_midway_ends_the_reading_it_drives(tmp_path: Path) -> None:
+    """A failed write (a full disk, Ctrl-C) stops the export between two chunks: the generator
+    reading them is closed there, inside the read transaction that feeds it, not when the
+    garbage collector gets to it after the database closed (which printed a traceback from its
+    cursor's ``close()`` on Ctrl-C during ``export --all``). The target is left as it was."""
+    ended: list[bool] = []
+
+    def chunks():
+        try:
+            yield "not bytes"  # the write of this chunk fails
+            yield b"never read"
+        finally:
+            ended.append(True)
+
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"before\n")
+    with pytest.raises(TypeError) as raised:
+        write_atomically(target, chunks())
+    assert ended == [True] and raised.value is not None  # the failure is still held: closed all the same
+    assert target.read_bytes() == b"before\n" and [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
