@@ -162,6 +162,11 @@ def test_read_only_folder(tmpfs: Path) -> None:
     assert done.returncode == 0 and len(warnings) == 1
     assert done.stderr.startswith(STALE) and "readonly" in done.stderr
     assert pi_store(url, "export", sid).stdout_bytes == SESSION.read_bytes()
+    claims = pi_store(url, "claims")  # listing claims only reads
+    assert (claims.returncode, claims.stdout) == (0, "no session is claimed\n"), claims.stderr
+    verified = pi_store(url, "verify", "--all")  # FTS5's integrity-check is a write: not run, not "damaged"
+    assert verified.returncode == 0, verified.stdout
+    assert verified.stdout.startswith("database: ok (quick_check, fts5 integrity-check not run: read-only database)")
     for args in (["import", str(OTHER)], ["fts", "rebuild"], ["compact", sid, "--summarizer", "deterministic"]):
         line = one_error_line(pi_store(url, *args))
         assert line == f"Error: cannot write to {url}: the database file is read-only", line

@@ -239,8 +239,9 @@ def current_url() -> str:
     return opener.url
 
 
-def current_store() -> SessionStore:
-    """The store of this invocation, opened on first use (read-only where it must be, for read commands)."""
+def current_store(*, reading: bool = False) -> SessionStore:
+    """The store of this invocation, opened on first use (read-only where it must be, for read
+    commands; ``reading``: this use of a command that can also write only reads)."""
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from store.db.faults import masked_url
@@ -249,7 +250,7 @@ def current_store() -> SessionStore:
     if opener.store is None:
         url = current_url()
         try:
-            opener.store = open_store(url, for_reading=opener.command in READ_COMMANDS)
+            opener.store = open_store(url, for_reading=reading or opener.command in READ_COMMANDS)
         except (ArgumentError, NoSuchModuleError) as exc:  # not a database URL we know
             raise click.ClickException(f"cannot open database {masked_url(url)}: {exc}") from exc
     return opener.store

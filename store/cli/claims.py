@@ -14,7 +14,7 @@ def claims_group(ctx: click.Context, as_json: bool) -> None:
     """Sessions claimed by a writer: owner, fencing token, expiry (without a subcommand: list them)."""
     if ctx.invoked_subcommand is not None:
         return
-    store = current_store()
+    store = current_store(reading=True)
     now = store.clock()
     claims = store.claims()
     if as_json:
