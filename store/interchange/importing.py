@@ -154,8 +154,9 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
     prefer = "file" if replace else prefer
     path = Path(path)
     source = os.path.realpath(path)
-    try:
-        stream = path.open("rb")
+    try:  # without blocking: a FIFO would wait for a writer (regular files ignore the flag)
+        stream = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)),
+                           "rb")
     except OSError as exc:
         raise ImportFailed(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with stream:

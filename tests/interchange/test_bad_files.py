@@ -150,3 +150,15 @@ def test_a_header_version_beyond_32_bits_is_stored(store: SessionStore, tmp_path
     [report] = store.import_path(path)
     assert report.status == "imported", report.error
     assert b"".join(store.iter_export("big-version")) == data
+
+
+def test_a_fifo_named_directly_fails_at_once(store: SessionStore, tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: ``import pipe.jsonl`` hung for good. It is
+    not a regular file, and says so at once (a FIFO inside a folder was already skipped)."""
+    from store.errors import ImportFailed
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ImportFailed, match="not a regular file"):
+        store.import_file(fifo)
+    assert store.list_all() == []
