@@ -280,6 +280,23 @@ def test_ctrl_c_exits_130_quietly(silent_server: tuple[int, list[socket.socket]]
     assert process.returncode == 130 and err == "" and out == "", (process.returncode, err)
 
 
+def test_ctrl_c_stops_an_sql_statement_without_a_time_limit(tmp_path: Path) -> None:
+    """SQLite runs a statement in C; with ``--timeout 0`` no progress handler ran Python, so the
+    interpreter never got to Ctrl-C's handler and the command ran on until killed."""
+    url = stored_without_index(tmp_path)
+    endless = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+    process = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", url, "sql", endless, "--timeout", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # started and counting (a loaded machine: the statement may start late, it ends never)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode != 0 and out == "" and "Traceback" not in err, (process.returncode, err)
+    assert err in ("Error: interrupted\n", ""), err  # stopped in the statement, or before it began
+
+
 # ------------------------------------------------------------- 4. 5. secrets and URL schemes
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+psycopg"])
 def test_password_never_printed(scheme: str) -> None:

@@ -141,8 +141,9 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None,
 def _guard(conn: sqlite3.Connection, deadline: float | None) -> None:
     conn.execute("PRAGMA query_only = ON")
     conn.set_authorizer(_authorize)
-    if deadline is not None:
-        conn.set_progress_handler(lambda: time.monotonic() >= deadline, 1_000)
+    # without a deadline too: SQLite runs a statement in C, and Python runs its signal handlers
+    # (Ctrl-C's KeyboardInterrupt, which then stops the statement) only when some Python runs
+    conn.set_progress_handler((lambda: time.monotonic() >= deadline) if deadline is not None else lambda: False, 1_000)
 
 
 def _sqlite_batches(cursor: sqlite3.Cursor) -> Iterator[list[tuple]]:
