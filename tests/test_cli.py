@@ -64,3 +64,28 @@ def test_export_to_a_pipe_writes_through_it(tmp_path: Path) -> None:
     reader.join(timeout=30)
     assert done.returncode == 0, done.stderr
     assert received == [SMALL.read_bytes()] and fifo.is_fifo()
+
+
+@pytest.mark.parametrize("args", [
+    ["list", "--limit", "99999999999999999999999"],  # past SQLite's INTEGER: OverflowError before
+    ["search", "x", "--limit", "99999999999999999999"],
+    ["sync", ".", "--watch", "--interval", "nan"],  # NaN passes every range check: ValueError from sleep before
+    ["sync", ".", "--watch", "--interval", "1e400"],
+    ["sql", "SELECT 1", "--timeout", "nan"],
+])
+def test_out_of_range_numbers_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", str(tmp_path / "s.db"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("Error: Invalid value for "), done.stderr
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("postgresql://postgres@127.0.0.1:abc/db", "not a database URL (invalid literal for int()"),
+    ("mysql://me@db.example/sessions", "pi-store keeps sessions in SQLite or PostgreSQL, not mysql"),
+])
+def test_urls_it_cannot_use_are_named_plainly(url: str, says: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "list"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"Error: cannot open database {url}: {says}"), done.stderr

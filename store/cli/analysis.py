@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from store.cli.app import current_store, emit, main
+from store.cli.app import MAX_LIMIT, current_store, emit, finite, main
 from store.cli.output import Column, format_options, plural, resolve, write_delimited, write_nl, write_rows
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ ROLES = ("assistant", "bashExecution", "branch_summary", "compaction", "context_
 @main.command("sql")
 @click.argument("query")
 @format_options("Print a JSON list of row objects.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0), callback=finite, default=DEFAULT_TIMEOUT, show_default=True,
               help="Stop the statement after SECONDS, until its last row is printed (0: no limit).")
 def sql_command(query: str, fmt: str | None, timeout: float) -> None:
     """Run one read-only SQL statement (views: docs/sql.md) and print the rows as they come.
@@ -66,7 +66,7 @@ class _SearchCommand(click.Command):
 @click.option("--session", help="Only this session.")
 @click.option("--role", type=click.Choice(ROLES), help="Only this message role or entry type.")
 @click.option("--path-only", is_flag=True, help="Only entries on their session's current path.")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1), help="Most hits to print.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, MAX_LIMIT), help="Most hits to print.")
 @format_options("Print a JSON list of hits (matches marked <mark>...</mark>).")
 def search_command(query: tuple[str, ...], session: str | None, role: str | None, path_only: bool, limit: int,
                    fmt: str | None) -> None:

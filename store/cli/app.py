@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import math
 import os
 import sqlite3
 import sys
@@ -242,6 +243,7 @@ def current_url() -> str:
 def current_store(*, reading: bool = False) -> SessionStore:
     """The store of this invocation, opened on first use (read-only where it must be, for read
     commands; ``reading``: this use of a command that can also write only reads)."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from store.db.faults import masked_url
@@ -249,6 +251,13 @@ def current_store(*, reading: bool = False) -> SessionStore:
     opener = click.get_current_context().find_object(_Opener)
     if opener.store is None:
         url = current_url()
+        try:
+            backend = make_url(url).get_backend_name()
+        except (ArgumentError, ValueError) as exc:  # a port that is not a number, say
+            raise click.ClickException(f"cannot open database {masked_url(url)}: not a database URL ({exc})") from exc
+        if backend not in ("sqlite", "postgresql"):
+            raise click.ClickException(f"cannot open database {masked_url(url)}: pi-store keeps sessions in SQLite "
+                                       f"or PostgreSQL, not {backend}")
         try:
             opener.store = open_store(url, for_reading=reading or opener.command in READ_COMMANDS)
         except (ArgumentError, NoSuchModuleError) as exc:  # not a database URL we know
@@ -328,6 +337,16 @@ def _unwritable(path: Path) -> str | None:
     elif folder.is_dir() and not os.access(folder, os.W_OK):
         return f"its folder {folder} is read-only"
     return None
+
+
+MAX_LIMIT = 2**63 - 1  # the largest LIMIT both engines take (a 64-bit integer)
+
+
+def finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A click callback refusing NaN, which passes every range check."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("not a number", param=param)
+    return value
 
 
 def emit(value: object, *, indent: int = 0) -> None:

@@ -19,7 +19,7 @@ import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from store.analysis import fts
-from store.cli.app import current_store, emit, main
+from store.cli.app import current_store, emit, finite, main
 from store.cli.output import plural
 from store.db.faults import error_line
 from store.format import js_stringify
@@ -204,7 +204,8 @@ def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace:
 @_common
 @click.option("--progress", type=_PROGRESS, default="auto", show_default=True, help="As for import.")
 @click.option("--watch", "follow", is_flag=True, help="Keep following the folder (Ctrl-C stops).")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between looks (--watch).")
+@click.option("--interval", type=click.FloatRange(min=0.01, max=86_400), callback=finite, default=1.0,
+              show_default=True, help="Seconds between looks (--watch).")
 def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer: str | None,
                  keep_non_sessions: bool, progress: str, follow: bool, interval: float) -> None:
     """Bring the store up to date with a Pi sessions folder: new files imported, grown files

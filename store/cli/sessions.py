@@ -7,7 +7,7 @@ import sys
 import click
 
 from store.analysis.listing import SORTS
-from store.cli.app import current_store, emit, main
+from store.cli.app import MAX_LIMIT, current_store, emit, main
 from store.cli.output import Column, console, format_options, plural, resolve, write_rows
 from store.format.jsdate import parse_js_date
 
@@ -17,7 +17,7 @@ from store.format.jsdate import parse_js_date
 @click.option("--sort", type=click.Choice(SORTS), default="modified", show_default=True,
               help="modified/created: newest first; name: A to Z; cost: highest first.")
 @click.option("--reverse", is_flag=True, help="Reverse the sort order.")
-@click.option("--limit", type=click.IntRange(1), help="Page size (then --cursor continues).")
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), help="Page size (then --cursor continues).")
 @click.option("--cursor", help="Continue after this position (printed with the previous page).")
 @click.option("--name", help="Only sessions whose name contains this (case-insensitive).")
 @click.option("--model", help="Only sessions that used this model (MODEL or PROVIDER/MODEL).")

@@ -7,9 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
-from store.db.engine import read_transaction
+from store.db.engine import BadSetting, read_transaction
 from store.interchange.syncing import default_jobs, import_jobs, import_paths, start_after
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
@@ -75,8 +76,11 @@ def test_jobs_default_by_engine(tmp_path: Path, monkeypatch) -> None:
         assert default_jobs(store) == 1  # one writer at a time
     with scratch_pg_database("pi_store_jobs") as url, SessionStore.connect(url) as store:
         assert default_jobs(store) == 4
-        monkeypatch.setenv("PI_STORE_IMPORT_JOBS", "zero")
-        assert default_jobs(store) == 2
+        for bad in ("zero", "0", "-1"):  # refused with its name, as every other setting (it fell back before)
+            monkeypatch.setenv("PI_STORE_IMPORT_JOBS", bad)
+            with pytest.raises(BadSetting, match=f"PI_STORE_IMPORT_JOBS must be a whole number of at least 1, "
+                                                 f"not '{bad}'"):
+                default_jobs(store)
         monkeypatch.delenv("PI_STORE_IMPORT_JOBS")
         assert default_jobs(store) == 2
 
@@ -100,3 +104,4 @@ def test_files_of_one_session_and_unknown_sessions_wait_for_each_other() -> None
     assert start_after(["a", "b", "a", None, "b", "c", None, "a"]) == [
         [], [], [0], [0, 1, 2], [1, 3], [3], [3, 4, 5], [2, 6]]
     assert start_after([]) == [] and start_after([None, None]) == [[], [0]]
+
