@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 
 import click
 
@@ -43,13 +45,21 @@ def serve_command(host: str, port: int, token: str | None) -> None:
     if token is not None and (len(token) < 8 or not token.isascii() or not token.isprintable() or ";" in token):
         raise click.ClickException("the token must be at least 8 printable ASCII characters, without ';'")
     store = current_store()  # brings the schema to head, as every command does
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    try:  # bound here, so that a port in use is this command's error and port 0 is announced as bound
+        listening = socket.create_server((host.strip("[]"), port),
+                                         family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise click.ClickException(f"cannot listen on {shown}:{port}: {reason}") from exc
     viewer = SessionStore(readonly_engine(store.engine.url.render_as_string(hide_password=False)))
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"pi-store serve: http://{shown}:{port}/ (read-only{', token required' if token else ''}; "
-               "Ctrl-C stops)", err=True)
+    click.echo(f"pi-store serve: http://{shown}:{listening.getsockname()[1]}/ (read-only"
+               f"{', token required' if token else ''}; Ctrl-C stops)", err=True)
     try:
-        uvicorn.run(create_app(viewer, token), host=host, port=port, log_level="warning",
-                    server_header=False, access_log=False)
+        server = uvicorn.Server(uvicorn.Config(create_app(viewer, token), log_level="warning", server_header=False,
+                                               access_log=False))
+        server.run(sockets=[listening])
     finally:
+        listening.close()
         viewer.close()
 

@@ -111,3 +111,40 @@ def test_lone_surrogates_in_ids_and_text(tmp_path) -> None:
         assert httpx.get(base + link, timeout=60).status_code == 404
     finally:
         stop(process)
+
+
+def test_port_0_is_announced_as_bound_and_a_port_in_use_is_one_error_line(tmp_path) -> None:
+    """``--port 0`` printed ``http://127.0.0.1:0/``; a port in use printed the banner, then
+    uvicorn's own error, and exited 3. The command binds first: the banner names the port it
+    got, and a busy port is the command's one-line error."""
+    import socket
+    import time
+
+    db = str(tmp_path / "s.db")
+    branchy = str(sessions.branchy(tmp_path / "b.jsonl"))
+    subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "import", branchy], check=True, capture_output=True,
+                   timeout=120)
+    process = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", db, "serve", "--port", "0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = process.stderr.readline()
+        port = int(re.fullmatch(r"pi-store serve: http://127\.0\.0\.1:(\d+)/ \(read-only; Ctrl-C stops\)\n",
+                                banner).group(1))
+        assert port != 0
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/static/style.css", timeout=5).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the announced port never answered"
+                time.sleep(0.2)
+    finally:
+        stop(process)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db, "serve", "--port", str(taken)],
+                              capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (1, f"Error: cannot listen on 127.0.0.1:{taken}: Address already in use\n")
