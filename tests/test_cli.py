@@ -89,3 +89,13 @@ def test_urls_it_cannot_use_are_named_plainly(url: str, says: str) -> None:
                           timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"Error: cannot open database {url}: {says}"), done.stderr
+
+
+def test_a_sqlite_url_with_options_is_refused(tmp_path: Path) -> None:
+    """SQLAlchemy warned on two lines that ``?mode=ro`` was ignored, then the command went on."""
+    url = f"sqlite:///{tmp_path / 's.db'}?mode=ro"
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", str(SMALL)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("Error: a SQLite URL takes no options here (given: mode)"), done.stderr
+    assert not (tmp_path / "s.db").exists()

@@ -230,6 +230,9 @@ def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly |
     with this project's settings (see :func:`make_engine`)."""
     lock_ms = lock_timeout_ms()
     if parsed.get_backend_name() == "sqlite":
+        if parsed.query:  # SQLAlchemy would warn and ignore them
+            raise BadSetting(f"a SQLite URL takes no options here (given: {', '.join(sorted(parsed.query))}); "
+                             "read commands open a file they cannot write read-only by themselves")
         memory = parsed.database in (None, "", ":memory:")
         options: dict[str, Any] = {}
         if read_only is not None:
