@@ -99,3 +99,17 @@ def test_a_sqlite_url_with_options_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("Error: a SQLite URL takes no options here (given: mode)"), done.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--nl", "--tsv"])
+def test_sql_row_objects_refuse_repeated_column_names(tmp_path: Path, fmt: str) -> None:
+    """``SELECT 1 AS a, 2 AS a --json`` printed ``[{"a":2}]``: a value lost without a word."""
+    pi_store, _ = _stored(tmp_path)
+    done = subprocess.run([*pi_store, "sql", "SELECT 1 AS a, 2 AS a, 3 AS b", fmt], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert done.stderr == ("Error: the result names more than one column a: name them apart with AS for --json, "
+                           "--nl or --tsv (--csv and the table show them all)\n")
+    csv = subprocess.run([*pi_store, "sql", "SELECT 1 AS a, 2 AS a", "--csv"], capture_output=True, text=True,
+                         timeout=120)
+    assert csv.stdout.splitlines() == ["a,a", "1,2"]

@@ -38,6 +38,10 @@ def sql_command(query: str, fmt: str | None, timeout: float) -> None:
     from store.analysis.readonly import json_value, row_objects, stream_sql, write_csv, write_json, write_table
 
     with stream_sql(current_store().engine, query, timeout=timeout) as rows:
+        repeated = sorted({name for name in rows.columns if rows.columns.count(name) > 1})
+        if repeated and fmt in ("json", "nl", "tsv"):  # a row object keeps one value per name
+            raise click.ClickException(f"the result names more than one column {', '.join(repeated)}: name them apart "
+                                       "with AS for --json, --nl or --tsv (--csv and the table show them all)")
         if fmt == "nl":
             write_nl(row_objects(rows.columns, rows))
         elif fmt == "tsv":
