@@ -113,3 +113,15 @@ def test_sql_row_objects_refuse_repeated_column_names(tmp_path: Path, fmt: str) 
     csv = subprocess.run([*pi_store, "sql", "SELECT 1 AS a, 2 AS a", "--csv"], capture_output=True, text=True,
                          timeout=120)
     assert csv.stdout.splitlines() == ["a,a", "1,2"]
+
+
+@pytest.mark.parametrize("args", [["--db", "", "list"], ["--db", " ", "list"], ["--db", "{db}", "sql", ""],
+                                  ["--db", "{db}", "sql", "  "]])
+def test_empty_arguments_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    """``--db ""`` opened the default database; ``sql ""`` printed "(0 rows)" on SQLite."""
+    pi_store, _ = _stored(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "store.cli", *(a.format(db=pi_store[-1]) for a in args)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.splitlines()[-1].startswith("Error: Invalid value for "), done.stderr
+    assert "empty" in done.stderr.splitlines()[-1]

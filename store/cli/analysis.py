@@ -37,6 +37,8 @@ def sql_command(query: str, fmt: str | None, timeout: float) -> None:
     """
     from store.analysis.readonly import json_value, row_objects, stream_sql, write_csv, write_json, write_table
 
+    if not query.strip():
+        raise click.BadParameter("empty: give one SQL statement", param_hint="QUERY")
     with stream_sql(current_store().engine, query, timeout=timeout) as rows:
         repeated = sorted({name for name in rows.columns if rows.columns.count(name) > 1})
         if repeated and fmt in ("json", "nl", "tsv"):  # a row object keeps one value per name

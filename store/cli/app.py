@@ -221,6 +221,9 @@ def main(ctx: click.Context, database: str | None) -> None:
     """A SQL home for Pi coding-agent sessions: import, inspect, list and export them."""
     from store.db.engine import resolve_url
 
+    if database is not None and not database.strip():  # not the default database by accident
+        raise click.BadParameter("empty (leave --db out for $PI_STORE_DB or the default database)",
+                                 param_hint="--db")
     url = resolve_url(database) if database else None
     opener = _Opener(url, ctx.invoked_subcommand)
     if url:
