@@ -258,7 +258,7 @@ def current_store(*, reading: bool = False) -> SessionStore:
             backend = make_url(url).get_backend_name()
         except (ArgumentError, ValueError) as exc:  # a port that is not a number, say
             raise click.ClickException(f"cannot open database {masked_url(url)}: not a database URL ({exc})") from exc
-        if backend not in ("sqlite", "postgresql"):
+        if backend not in ("sqlite", "postgresql", "postgres"):  # postgres://: libpq's spelling, taken too
             raise click.ClickException(f"cannot open database {masked_url(url)}: pi-store keeps sessions in SQLite "
                                        f"or PostgreSQL, not {backend}")
         try:
