@@ -116,11 +116,16 @@ def test_sql_row_objects_refuse_repeated_column_names(tmp_path: Path, fmt: str) 
 
 
 @pytest.mark.parametrize("args", [["--db", "", "list"], ["--db", " ", "list"], ["--db", "{db}", "sql", ""],
-                                  ["--db", "{db}", "sql", "  "]])
+                                  ["--db", "{db}", "sql", "  "], ["--db", "{db}", "export", "{session}", "-o", ""],
+                                  ["--db", "{db}", "export", "--all", ""], ["--db", "{db}", "stats", ""],
+                                  ["--db", "{db}", "stats", "--session", ""]])
 def test_empty_arguments_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
-    """``--db ""`` opened the default database; ``sql ""`` printed "(0 rows)" on SQLite."""
-    pi_store, _ = _stored(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "store.cli", *(a.format(db=pi_store[-1]) for a in args)],
+    """``--db ""`` opened the default database; ``sql ""`` printed "(0 rows)" on SQLite;
+    ``export -o ""`` wrote to standard output, ``export --all ""`` into the current folder and
+    ``stats ""`` counted every session."""
+    pi_store, session = _stored(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "store.cli", *(a.format(db=pi_store[-1], session=session)
+                                                                  for a in args)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.splitlines()[-1].startswith("Error: Invalid value for "), done.stderr

@@ -163,6 +163,8 @@ def stats_command(session: str | None, session_option: str | None, by: str | Non
     """
     if session and session_option and session != session_option:
         raise click.UsageError("give the session once: as SESSION or as --session")
+    if "" in (session, session_option):  # not "every session" by accident
+        raise click.BadParameter("empty: name a session, or leave it out for every session", param_hint="SESSION")
     session = session or session_option
     if by is not None:
         _breakdown(session, by, since, until, fmt)

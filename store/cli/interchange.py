@@ -249,6 +249,9 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
     """
     if (session is None) == (all_dir is None):
         raise click.UsageError("give a SESSION or --all DIR")
+    if output == "" or all_dir == "":  # not standard output or the current folder by accident
+        raise click.BadParameter("empty: name a file (or leave -o out for standard output)" if output == "" else
+                                 "empty: name a folder", param_hint="-o" if output == "" else "--all")
     try:
         if all_dir is not None:
             _export_all(all_dir, as_migrated, as_json)
