@@ -130,3 +130,15 @@ def test_empty_arguments_are_usage_errors(tmp_path: Path, args: list[str]) -> No
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.splitlines()[-1].startswith("Error: Invalid value for "), done.stderr
     assert "empty" in done.stderr.splitlines()[-1]
+
+
+def test_the_library_names_urls_it_cannot_use_too() -> None:
+    """The check lives where URLs are parsed (``store.db.engine.parse_url``), not in the CLI:
+    ``SessionStore.connect("mysql://...")`` ended in a ModuleNotFoundError for MySQLdb."""
+    from store.db.engine import BadSetting
+    from store.session_store import SessionStore
+
+    with pytest.raises(BadSetting, match=r"^cannot open database mysql://me:\*\*\*@db/s: pi-store keeps sessions in "):
+        SessionStore.connect("mysql://me:secret@db/s")
+    with pytest.raises(BadSetting, match="not a database URL"):
+        SessionStore.connect("postgresql://postgres@127.0.0.1:abc/db")

@@ -246,7 +246,6 @@ def current_url() -> str:
 def current_store(*, reading: bool = False) -> SessionStore:
     """The store of this invocation, opened on first use (read-only where it must be, for read
     commands; ``reading``: this use of a command that can also write only reads)."""
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from store.db.faults import masked_url
@@ -254,13 +253,6 @@ def current_store(*, reading: bool = False) -> SessionStore:
     opener = click.get_current_context().find_object(_Opener)
     if opener.store is None:
         url = current_url()
-        try:
-            backend = make_url(url).get_backend_name()
-        except (ArgumentError, ValueError) as exc:  # a port that is not a number, say
-            raise click.ClickException(f"cannot open database {masked_url(url)}: not a database URL ({exc})") from exc
-        if backend not in ("sqlite", "postgresql", "postgres"):  # postgres://: libpq's spelling, taken too
-            raise click.ClickException(f"cannot open database {masked_url(url)}: pi-store keeps sessions in SQLite "
-                                       f"or PostgreSQL, not {backend}")
         try:
             opener.store = open_store(url, for_reading=reading or opener.command in READ_COMMANDS)
         except (ArgumentError, NoSuchModuleError) as exc:  # not a database URL we know

@@ -121,7 +121,12 @@ def store_setting(url: URL | None, option: str) -> tuple[str, str | None]:
 
 
 def _count(url: URL, option: str, default: int, minimum: int) -> int:
-    name, value = store_setting(url, option)
+    return whole_number(*store_setting(url, option), default, minimum)
+
+
+def whole_number(name: str, value: str | None, default: int, minimum: int) -> int:
+    """The setting ``name`` given as ``value`` (None: unset, ``default``), a whole number of at
+    least ``minimum``; else :class:`BadSetting`."""
     if value is None:
         return default
     if not (value.strip().isdigit() and int(value) >= minimum):
@@ -144,9 +149,24 @@ def behind_pooler(url: URL) -> bool:
     return value == "transaction"
 
 
+def parse_url(url: str | URL) -> URL:
+    """``url`` parsed, if it is a database URL the store can use (SQLite or PostgreSQL); else
+    :class:`BadSetting` naming it (a port that is not a number, ``mysql://``)."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise BadSetting(f"cannot open database {masked_url(str(url))}: not a database URL ({exc})") from exc
+    if parsed.get_backend_name() not in ("sqlite", "postgresql", "postgres"):  # postgres://: libpq's spelling
+        raise BadSetting(f"cannot open database {masked_url(str(url))}: pi-store keeps sessions in SQLite or "
+                         f"PostgreSQL, not {parsed.get_backend_name()}")
+    return parsed
+
+
 def normalize_url(url: str | URL) -> URL:
     """The URL with ``postgres://`` and ``postgresql://`` meaning ``postgresql+psycopg://``."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.drivername in _POSTGRES_DRIVERS or parsed.drivername.startswith("postgres+"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
@@ -154,7 +174,7 @@ def normalize_url(url: str | URL) -> URL:
 
 def sqlite_path(url: str | URL) -> Path | None:
     """The database file of a SQLite URL (None for other engines and in-memory databases)."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
     return Path(parsed.database)

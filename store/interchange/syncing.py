@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import orjson
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store.db.engine import BadSetting, lock_timeout_ms, pool_options
+from store.db.engine import lock_timeout_ms, pool_options, whole_number
 from store.db.faults import error_line
 from store.errors import StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
@@ -175,12 +175,7 @@ def default_jobs(store: SessionStore) -> int:
     core is what that needs), unless ``$PI_STORE_IMPORT_JOBS`` says otherwise."""
     if store.engine.dialect.name == "sqlite":
         return 1
-    value = os.environ.get("PI_STORE_IMPORT_JOBS", "").strip()
-    if not value:
-        return 2
-    if not (value.isdigit() and int(value) > 0):
-        raise BadSetting(f"PI_STORE_IMPORT_JOBS must be a whole number of at least 1, not {value!r}")
-    return int(value)
+    return whole_number("PI_STORE_IMPORT_JOBS", os.environ.get("PI_STORE_IMPORT_JOBS", "").strip() or None, 2, 1)
 
 
 def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport]) -> Iterator[ImportReport]:
