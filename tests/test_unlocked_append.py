@@ -142,7 +142,9 @@ def test_a_claim_taken_after_the_manager_last_wrote_stops_its_next_append(pg_url
         with pytest.raises(SessionClaimed):
             sm.append_message(user(2))
         other.append_message(user(3))  # the holder writes, unlocked (its claim's owner and token match)
-        other.claim("host-b", ttl_ms=None, force=True)  # a new token: writes under the old one are refused
+        store.open(sm.get_session_id()).claim("host-b", ttl_ms=None, force=True)  # same owner, new token, same version
+        with pytest.raises(SessionClaimed):  # the holder's own row version still matches: the token stops it
+            other.append_message(user(4))
         assert [e["message"]["content"] for e in other.get_entries()] == ["message 1", "message 3"]
         ids, version, _ = stored(store, sm.get_session_id())
         assert len(ids) == 2 and version == other.get_version()
