@@ -101,6 +101,10 @@ def stream_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIME
     def failure(exc: Exception) -> QueryFailed:
         if deadline is not None and time.monotonic() >= deadline:
             return QueryFailed(f"statement timeout: stopped after {timeout:g} s (pi-store sql --timeout SECONDS)")
+        if isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted":
+            # Ctrl-C's KeyboardInterrupt, raised inside the progress handler, which SQLite turns
+            # into this error: the caller sees the interrupt, as it would on PostgreSQL
+            raise KeyboardInterrupt from exc
         message = str(exc).strip()
         return QueryFailed(message.splitlines()[0] if message else type(exc).__name__)
 
