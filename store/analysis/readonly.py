@@ -217,12 +217,17 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
         names = [described.fname(i).decode() for i in range(described.nfields)]
         if not names:
             raise QueryFailed("the statement returns no columns")
-        cursor.execute("SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY AS u(t, m, i) "
-                       "ORDER BY i", [[described.ftype(i) for i in range(len(names))],
-                                      [described.fmod(i) for i in range(len(names))]])
-        types = [row[0] for row in cursor.fetchall()]
+        cursor.execute("SELECT format_type(t, m), typtype = 'p' FROM unnest(%s::oid[], %s::int[]) "
+                       "WITH ORDINALITY AS u(t, m, i) JOIN pg_type ON pg_type.oid = t ORDER BY i",
+                       [[described.ftype(i) for i in range(len(names))],
+                        [described.fmod(i) for i in range(len(names))]])
+        types = cursor.fetchall()
+        for (name, (kind, pseudo)) in zip(names, types, strict=True):
+            if pseudo:  # no column of a row set can have it (pg_sleep() returns void)
+                raise QueryFailed(f'column "{name}" has the pseudo-type {kind}, which a result row cannot hold: '
+                                  "cast it to text (...::text) or leave it out")
         fetch = ("SELECT * FROM pi_store_sql_fetch(%s) AS t("
-                 + ", ".join(f"c{i} {t}" for i, t in enumerate(types)) + ")")
+                 + ", ".join(f"c{i} {t}" for i, (t, _) in enumerate(types)) + ")")
 
         def batches() -> Iterator[list[tuple]]:
             while True:

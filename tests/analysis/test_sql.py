@@ -121,6 +121,16 @@ def test_the_connection_is_read_only(store: SessionStore) -> None:
         run_sql(store.engine, "SELECT * FROM no_such_view")
 
 
+def test_a_column_no_row_can_hold_is_named(store: SessionStore) -> None:
+    """PostgreSQL's pseudo-types (``pg_sleep()`` returns void): the rows are fetched through a
+    function whose column list cannot name them; the refusal names the user's column, not ours."""
+    if store.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has no pseudo-types: a PostgreSQL case")
+    with pytest.raises(QueryFailed, match=r'^column "pg_sleep" has the pseudo-type void, .* cast it to text'):
+        run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)")
+    assert run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)::text AS slept").rows == [(1, "")]
+
+
 def test_formats() -> None:
     result = ResultSet(["n", "name", "data", "missing"],
                        [(1, "a,b", {"k": [1, 2]}, None), (Decimal("2.5"), "é\nx", [], None)])
