@@ -256,14 +256,30 @@ def silent_server() -> Iterator[tuple[int, list[socket.socket]]]:
         server.close()
 
 
-def test_connect_timeout(silent_server: tuple[int, list[socket.socket]]) -> None:
+@pytest.mark.parametrize("given", ["variable", "URL"])
+def test_connect_timeout(silent_server: tuple[int, list[socket.socket]], given: str) -> None:
+    """The URL's ``connect_timeout`` (libpq's option) wins over the variable, as the README's
+    other settings do; it was once overridden by the variable's default, 10 s."""
     port = silent_server[0]
     url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/x"
+    env = {"PI_STORE_CONNECT_TIMEOUT": "2"}
+    if given == "URL":
+        url, env = url + "?connect_timeout=2", {"PI_STORE_CONNECT_TIMEOUT": "60"}
     started = time.monotonic()
-    line = one_error_line(pi_store(url, "list", env={"PI_STORE_CONNECT_TIMEOUT": "2"}))
+    line = one_error_line(pi_store(url, "list", env=env))
     assert time.monotonic() - started < 15
-    where = f"postgresql://postgres:***@127.0.0.1:{port}/x"
+    where = f"postgresql://postgres:***@127.0.0.1:{port}/x" + ("?connect_timeout=2" if given == "URL" else "")
     assert line == f"Error: cannot connect to {where}: timed out after 2 s"
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "inf", ""])
+def test_a_connect_timeout_in_the_url_is_checked(value: str) -> None:
+    done = pi_store(f"postgresql://postgres@127.0.0.1:1/x?connect_timeout={value}", "list")
+    if value == "":  # empty: the default, as an empty variable is
+        assert "cannot connect to" in one_error_line(done)
+        return
+    assert one_error_line(done) == ("Error: the URL option connect_timeout must be a number of seconds "
+                                    f"(0: no limit), not {value!r}")
 
 
 def test_ctrl_c_exits_130_quietly(silent_server: tuple[int, list[socket.socket]]) -> None:

@@ -77,9 +77,16 @@ def _seconds(name: str, default: float, value: str | None = None) -> float:
     return seconds
 
 
-def connect_timeout_s() -> int:
-    """``$PI_STORE_CONNECT_TIMEOUT`` as psycopg applies it: whole seconds, at least 2 (0: none)."""
-    seconds = math.ceil(_seconds("PI_STORE_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S))
+def connect_timeout_s(url: URL | None = None) -> int:
+    """The URL's ``connect_timeout`` (libpq's own option), else ``$PI_STORE_CONNECT_TIMEOUT``, as
+    psycopg applies it: whole seconds, at least 2 (0: none)."""
+    given = url.query.get("connect_timeout") if url is not None else None
+    if given is None:
+        seconds = _seconds("PI_STORE_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)
+    else:
+        seconds = _seconds("the URL option connect_timeout", CONNECT_TIMEOUT_S,
+                           given[-1] if isinstance(given, tuple) else given)
+    seconds = math.ceil(seconds)
     return 0 if seconds == 0 else max(seconds, 2)
 
 
@@ -292,7 +299,7 @@ def _postgres_args(url: URL, lock_ms: int) -> dict[str, Any]:
     statement from its fifth run on a connection, on the server connection that run had: another
     one has no such statement, or another client's under the same name).
     """
-    args: dict[str, Any] = {"connect_timeout": connect_timeout_s()}
+    args: dict[str, Any] = {"connect_timeout": connect_timeout_s(url)}
     if "application_name" not in url.query and not os.environ.get("PGAPPNAME"):
         args["application_name"] = APPLICATION_NAME
     if behind_pooler(url):
@@ -368,7 +375,7 @@ def summarise(engine: Engine, error: DBAPIError, *, connecting: bool = False) ->
     and the database, or ``cannot connect to DATABASE: reason`` when a connection to a server failed."""
     postgres = engine.dialect.name == "postgresql"
     reason = fault_reason(error, connecting=connecting and postgres,
-                          connect_timeout_s=connect_timeout_s() if postgres else None)
+                          connect_timeout_s=connect_timeout_s(engine.url) if postgres else None)
     if reason is None:
         return error
     where = masked_url(engine.url)
