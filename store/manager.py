@@ -20,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import Connection, Engine, literal_column, select
+from sqlalchemy import Connection, Engine, Row, literal_column, select
 from sqlalchemy.exc import DBAPIError
 
 from store import new_entries, services
@@ -109,7 +109,9 @@ class SessionManager:
     """One session: append entries, move the leaf, read the tree (Pi's ``SessionManager``)."""
 
     def __init__(self, store: SessionStore, engine: Engine, session_pk: int, *, persist: bool,
-                 flushed: bool) -> None:
+                 flushed: bool, read: tuple[Connection, Row] | None = None) -> None:
+        """``read``: a read transaction's connection and the session row it read (the leaf is
+        read in that transaction too); else the row is read in a transaction of its own."""
         self._store = store
         self._engine = engine
         self._spk = session_pk
@@ -117,7 +119,10 @@ class SessionManager:
         self._flushed = flushed
         self._batch: _Batch | None = None
         self._claim: Claim | None = None
-        self._load_identity()
+        if read is None:
+            self._load_identity()
+        else:
+            self._take_identity(*read)
 
     def _load_identity(self, session_id: str | None = None) -> None:
         """Read identity, version and leaf from the session row (``session_id``: the one this
@@ -126,15 +131,20 @@ class SessionManager:
             row = queries.session_by_pk(conn, self._spk)
             if row is None or (session_id is not None and row.session_id != session_id):
                 raise SessionNotFound(f"session {session_id} is no longer in the store")
-            self.session_id: str = row.session_id
-            self.cwd: str = row.cwd
-            self._header_seq: int | None = row.header_seq
-            self._version: int = row.row_version
-            self._last_seq: int | None = row.last_seq
-            self._leaf_id: str | None = None
-            self._leaf: TreeColumns | None = None
-            if row.leaf_seq is not None:
-                self._set_leaf_from_seq(conn, row.leaf_seq)
+            self._take_identity(conn, row)
+
+    def _take_identity(self, conn: Connection, row: Row) -> None:
+        """Identity, version and leaf from the session ``row``, read on ``conn`` (the leaf's
+        columns read there too)."""
+        self.session_id: str = row.session_id
+        self.cwd: str = row.cwd
+        self._header_seq: int | None = row.header_seq
+        self._version: int = row.row_version
+        self._last_seq: int | None = row.last_seq
+        self._leaf_id: str | None = None
+        self._leaf: TreeColumns | None = None
+        if row.leaf_seq is not None:
+            self._set_leaf_from_seq(conn, row.leaf_seq)
 
     def refresh(self) -> None:
         """Read the session again as it is stored now: its version, and its leaf by Pi's rule

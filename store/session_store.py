@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from store import new_entries
 from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
@@ -124,11 +124,15 @@ class SessionStore:
 
     def open(self, session_id: str) -> SessionManager:
         """The stored session ``session_id``, its leaf restored from its last entry."""
+        with read_transaction(self.engine) as conn:
+            return self._open_on(conn, session_id)
+
+    def _open_on(self, conn: Connection, session_id: str) -> SessionManager:
+        """:meth:`open` in the read transaction of ``conn`` (one snapshot: the row, then its leaf)."""
         from store.manager import SessionManager
 
-        with read_transaction(self.engine) as conn:
-            row = queries.stored_session(conn, session_id)
-        return SessionManager(self, self.engine, row.pk, persist=True, flushed=True)
+        row = queries.stored_session(conn, session_id)
+        return SessionManager(self, self.engine, row.pk, persist=True, flushed=True, read=(conn, row))
 
     def continue_recent(self, cwd: str) -> SessionManager:
         """The most recently modified session of ``cwd``, or a new one."""
@@ -139,7 +143,9 @@ class SessionStore:
                 .order_by(sessions.c.modified_ms.desc().nulls_last(), sessions.c.pk.desc())
                 .limit(1)
             ).scalar()
-        return self.open(session_id) if session_id is not None else self.create(cwd)
+            if session_id is not None:
+                return self._open_on(conn, session_id)
+        return self.create(cwd)
 
     def fork_from(self, session_id: str, target_cwd: str, new_session_id: str | None = None) -> SessionManager:
         """A new session (id ``new_session_id`` or a fresh one) in ``target_cwd`` holding every entry

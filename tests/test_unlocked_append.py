@@ -114,6 +114,20 @@ def test_a_single_append_is_one_round_trip_after_any_write_of_its_manager(pg_url
                                 ).all() == [("call7", 1, 0), ("call8", 1, 1)]
 
 
+def test_opening_a_session_is_one_read_transaction(pg_url: str) -> None:
+    """``open`` reads the key, the session row and its leaf in one snapshot: BEGIN, three
+    statements, COMMIT (on a new connection: the pool checks a reused one first). It was two
+    transactions; ``continue_recent`` finds the session in the same transaction."""
+    with SessionStore.connect(pg_url) as store:
+        sm = store.create("/opened")
+        sm.append_message(user(1))
+        opened: list = []
+        assert round_trips(store, lambda: opened.append(store.open(sm.get_session_id()))) == 5
+        assert round_trips(store, lambda: opened.append(store.continue_recent("/opened"))) == 6
+        assert [m.get_leaf_id() for m in opened] == [sm.get_leaf_id()] * 2
+        assert round_trips(store, lambda: opened[1].append_message(user(2))) == 1
+
+
 @pytest.mark.both_apis
 def test_a_stale_manager_writes_nothing_and_is_told(pg_url: str, api: str) -> None:
     """The row moved on after ``stale`` last saw it: its statement finds no row to lock, the
