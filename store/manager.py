@@ -745,7 +745,11 @@ class SessionManager:
     # ------------------------------------------------------------------ new sessions from this one
     def create_branched_session(self, leaf_id: str) -> str:
         """Make this manager a new session holding only root→``leaf_id`` (labels re-emitted at the
-        end); returns the new session id. Its parent session is this one."""
+        end); returns the new session id. Its parent session is this one. Not inside
+        :meth:`batch` (whose transaction writes this session: call it after the block)."""
+        if self._batch is not None:
+            raise RuntimeError("create_branched_session() inside batch(): the batch writes this session; "
+                               "branch into a new one after the block")
         path = self.get_branch(leaf_id)
         if not path:
             raise EntryNotFound(f"Entry {leaf_id} not found")

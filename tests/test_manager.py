@@ -226,6 +226,28 @@ def test_create_branched_session_keeps_the_path_and_reemits_labels(store: Sessio
     assert store.find_by_id(new_id) is not None
 
 
+def test_create_branched_session_inside_a_batch_is_refused(store: SessionStore) -> None:
+    """It turns the manager into another session while the batch's transaction writes this one:
+    the batch's row update once went to the new session (PostgreSQL: the old one then held a row
+    past its last line and refused every later append; SQLite: the second transaction waited for
+    the batch's own write lock until the lock timeout)."""
+    sm = store.create("/w")
+    q = sm.append_message(user("q"))
+    old_id = sm.get_session_id()
+    with sm.batch():
+        a = sm.append_message(assistant("a"))
+        with pytest.raises(RuntimeError, match=r"create_branched_session\(\) inside batch\(\)"):
+            sm.create_branched_session(a)
+        b = sm.append_message(user("b"))  # the batch goes on, as this session's
+    assert sm.get_session_id() == old_id and len(store.list_all()) == 1
+    reopened = store.open(old_id)
+    assert ids(reopened.get_branch()) == [q, a, b] and reopened.get_version() == sm.get_version()
+    new_id = sm.create_branched_session(a)  # after the block
+    assert sm.get_session_id() == new_id and ids(sm.get_branch()) == [q, a]
+    sm.append_message(user("c"))
+    assert ids(store.open(old_id).get_branch()) == [q, a, b]
+
+
 def test_fork_from_copies_every_branch(store: SessionStore) -> None:
     sm = store.create("/w")
     q = sm.append_message(user("q"))
