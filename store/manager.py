@@ -137,8 +137,11 @@ class SessionManager:
         """Identity, version and leaf from the session ``row``, read on ``conn`` (the leaf's
         columns read there too)."""
         self.session_id: str = row.session_id
-        self.cwd: str = row.cwd
         self._header_seq: int | None = row.header_seq
+        self.cwd: str = row.cwd
+        if "\\u" in row.cwd and row.header_seq is not None:  # perhaps db_text's escape: the header has it as written
+            cwd = js_parse(queries.lines_at(conn, self._spk, [row.header_seq])[row.header_seq]).get("cwd")
+            self.cwd = cwd if isinstance(cwd, str) else row.cwd
         self._version: int = row.row_version
         self._last_seq: int | None = row.last_seq
         self._leaf_id: str | None = None

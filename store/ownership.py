@@ -29,8 +29,11 @@ from sqlalchemy import Connection, select, update
 from store.db.appends import LockedSession
 from store.db.engine import is_sqlite
 from store.db.schema import sessions
+from store.db.stored_text import db_text
 from store.errors import SessionChanged, SessionClaimed, SessionNotFound
 from store.format.jsdate import js_iso
+
+_TTL_LIMIT = 9 * 10**15  # ms: now + ttl stays a BIGINT (and an exact double)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,12 @@ def _locked_row(conn: Connection, session_id: str):
     return row
 
 
+def _check_ttl(ttl_ms: object) -> None:
+    """None (no expiry), or milliseconds from 0 up to ~285,000 years (the expiry is a BIGINT)."""
+    if ttl_ms is not None and not (type(ttl_ms) in (int, float) and 0 <= ttl_ms < _TTL_LIMIT):
+        raise ValueError(f"ttl_ms must be milliseconds from 0 to {_TTL_LIMIT:,} (or None: no expiry), not {ttl_ms!r}")
+
+
 def take_claim(conn: Connection, session_id: str, owner: str, *, ttl_ms: int | None, now_ms: float,
                force: bool = False) -> Claim:
     """Claim ``session_id`` for ``owner`` (inside ``conn``'s write transaction) with a new fencing
@@ -92,6 +101,9 @@ def take_claim(conn: Connection, session_id: str, owner: str, *, ttl_ms: int | N
     ``ttl_ms`` None: the claim never expires by itself (only a release or a forced takeover ends it)."""
     if not isinstance(owner, str) or not owner:
         raise ValueError("a claim needs a non-empty owner name")
+    if db_text(owner) != owner:
+        raise ValueError(f"a claim's owner name cannot hold NUL or lone surrogates: {owner!r}")
+    _check_ttl(ttl_ms)
     row = _locked_row(conn, session_id)
     held = row.claim_owner is not None and (row.claim_expires_ms is None or row.claim_expires_ms > now_ms)
     if held and row.claim_owner != owner and not force:
@@ -107,6 +119,7 @@ def take_claim(conn: Connection, session_id: str, owner: str, *, ttl_ms: int | N
 def renew_claim(conn: Connection, claim: Claim, *, ttl_ms: int | None, now_ms: float) -> Claim:
     """Extend ``claim`` (same token) if it is still the session's current claim, even past its
     expiry when nobody took it over; else :class:`SessionClaimed`."""
+    _check_ttl(ttl_ms)
     row = _locked_row(conn, claim.session_id)
     if row.claim_owner != claim.owner or row.claim_token != claim.token:
         raise SessionClaimed(f"session {claim.session_id}: the claim of {claim.owner!r} (token {claim.token}) was "

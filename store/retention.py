@@ -224,9 +224,10 @@ def _session_pks(conn: Connection, session_ids: list[str], *, lock: bool) -> dic
         sessions.c.session_id.in_(bindparam("ids", expanding=True)))
     if lock and not is_sqlite(conn):  # SQLite: BEGIN IMMEDIATE already holds the write lock
         stmt = stmt.with_for_update()
+    given = {db_text(session_id): session_id for session_id in session_ids}  # ids are stored in this form
     found: dict[str, int] = {}
-    for chunk in _chunks(session_ids):
-        found.update((session_id, pk) for session_id, pk in conn.execute(stmt, {"ids": chunk}))
+    for chunk in _chunks(list(given)):
+        found.update((given[session_id], pk) for session_id, pk in conn.execute(stmt, {"ids": chunk}))
     return found
 
 

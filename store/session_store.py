@@ -20,6 +20,7 @@ from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
 from store.db import queries
 from store.db.engine import default_url, make_engine, read_transaction, resolve_url, write_transaction
 from store.db.schema import sessions
+from store.db.stored_text import db_text
 from store.format.jsdate import js_iso
 
 if TYPE_CHECKING:  # the rest is imported where it is used: ``pi-store list`` loads none of it
@@ -139,7 +140,7 @@ class SessionStore:
         with read_transaction(self.engine) as conn:
             session_id = conn.execute(
                 select(sessions.c.session_id)
-                .where(sessions.c.cwd == new_entries.resolve_cwd(cwd), sessions.c.pi_valid.is_(True))
+                .where(sessions.c.cwd == db_text(new_entries.resolve_cwd(cwd)), sessions.c.pi_valid.is_(True))
                 .order_by(sessions.c.modified_ms.desc().nulls_last(), sessions.c.pk.desc())
                 .limit(1)
             ).scalar()

@@ -30,6 +30,7 @@ from sqlalchemy import (
 
 from store.db.engine import is_sqlite
 from store.db.schema import entries, sessions
+from store.db.stored_text import db_text
 from store.errors import StoreError
 from store.money import reported_cost
 
@@ -37,6 +38,7 @@ SORTS = ("modified", "created", "name", "cost")
 _DESCENDING = {"modified": True, "created": True, "name": False, "cost": True}
 _IN_LIST = 500
 _ONE = literal_column("1")  # a literal, not a parameter: the partial index's predicate must be visible
+_MS_RANGE = 2**63  # a BIGINT
 
 
 class BadCursor(StoreError):
@@ -98,6 +100,10 @@ def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", re
     """``sessions`` rows in listing order, each with the cursor that continues after it."""
     if sort not in SORTS:
         raise StoreError(f"unknown sort {sort!r}: choose one of {', '.join(SORTS)}")
+    if limit is not None and not (type(limit) is int and limit >= 0):
+        raise ValueError(f"limit must be a whole number of at least 0 (or None), not {limit!r}")
+    for name in ("since_ms", "until_ms"):
+        _check_ms(name, getattr(where, name))
     descending = _DESCENDING[sort] != reverse
     after = _decode_cursor(cursor, sort, reverse) if cursor else None
     base = select(sessions).where(*_conditions(where))
@@ -132,17 +138,26 @@ def _fetch(conn: Connection, stmt: Select, order: list, descending: bool, limit:
     return list(conn.execute(stmt))
 
 
+def _check_ms(name: str, value: object) -> None:
+    """A time bound of :class:`ListFilter`: None, or milliseconds a BIGINT column compares with."""
+    if value is None:
+        return
+    if type(value) not in (int, float) or not -_MS_RANGE < value < _MS_RANGE:  # NaN fails the range too
+        raise ValueError(f"{name} must be milliseconds since the epoch (a number), not {value!r}")
+
+
 def _conditions(where: ListFilter) -> list[ColumnElement]:
     conditions: list[ColumnElement] = []
-    if where.cwd is not None:
-        conditions.append(sessions.c.cwd == where.cwd)
+    if where.cwd is not None:  # text columns hold db_text's form (store.db.stored_text)
+        conditions.append(sessions.c.cwd == db_text(where.cwd))
     if where.name:
-        pattern = "%" + where.name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = "%" + db_text(where.name).lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         conditions.append(func.lower(sessions.c.name).like(pattern, escape="\\"))
     if where.model:
+        model = db_text(where.model)
         conditions.append(exists().where(
             entries.c.session_pk == sessions.c.pk, entries.c.has_usage == _ONE,
-            or_(entries.c.model == where.model, entries.c.provider + "/" + entries.c.model == where.model),
+            or_(entries.c.model == model, entries.c.provider + "/" + entries.c.model == model),
         ))
     if where.since_ms is not None:
         conditions.append(sessions.c.modified_ms >= where.since_ms)

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, text
 from store.analysis import fts
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
+from store.db.stored_text import db_text
 
 _SCAN = 200  # candidates read per round while filtering on provenance
 _SNIPPET_WORDS = 24
@@ -130,7 +131,8 @@ def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | No
         literal = "'" + match.replace("'", "''") + "'"  # words are letters and digits (fts.parse_query)
         source = f"entries AS e WHERE pi_search_vector(e.search_text) @@ to_tsquery('simple', {literal})"
     stmt = text(f"SELECT {_COLUMNS} FROM {source}{where} ORDER BY {key} DESC LIMIT :n")
-    params = {"q": match, "spk": session_pk, "role": role, "before": before, "n": count}
+    params = {"q": match, "spk": session_pk, "role": None if role is None else db_text(role), "before": before,
+              "n": count}
     return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
 
 

@@ -161,6 +161,8 @@ def session_by_id(conn: Connection, session_id: str) -> Row | None:
     """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form): its key
     from ``session_ids``, then the row by its key. Two statements, not a join: distributed on
     their keys (docs/design.md "Distributing on Citus"), each goes to the one shard its key names."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"a session id is a string, not {type(session_id).__name__}: {session_id!r}")
     sql = _SESSION_KEY if conn.dialect.paramstyle == "qmark" else _SESSION_KEY.replace("?", "%s")
     session_pk = conn.exec_driver_sql(sql, (db_text(session_id),)).scalar()  # (no statement to compile)
     return None if session_pk is None else session_by_pk(conn, session_pk)

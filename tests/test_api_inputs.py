@@ -1,0 +1,76 @@
+"""Arguments of the public API that the database cannot take as given: text with NUL or lone
+surrogates (PostgreSQL's text refuses NUL; neither engine stores a lone surrogate, so stored text
+is in ``store.db.stored_text.db_text``'s form), numbers past a BIGINT, values of the wrong type.
+Each is looked up in the stored form or refused with a ValueError / TypeError naming it — never
+a driver's error, and the same on both engines."""
+
+from __future__ import annotations
+
+import pytest
+
+from store.errors import SessionNotFound
+from store.session_store import SessionStore
+
+pytestmark = pytest.mark.both_apis
+
+SURROGATE_CWD = "/tmp/caf\udce9"  # how Python decodes a path that is not UTF-8
+NUL_CWD = "/tmp/n\x00c"
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text, "timestamp": 1}
+
+
+@pytest.mark.parametrize("cwd", [SURROGATE_CWD, NUL_CWD])
+def test_a_cwd_the_database_cannot_hold_is_found_again(store: SessionStore, cwd: str) -> None:
+    sm = store.create(cwd)
+    sm.append_message(user("x"))
+    assert sm.get_cwd() == cwd
+    assert [info.id for info in store.list(cwd)] == [sm.get_session_id()]
+    again = store.continue_recent(cwd)
+    assert again.get_session_id() == sm.get_session_id() and again.get_cwd() == cwd
+    assert store.open(sm.get_session_id()).get_cwd() == cwd
+    assert store.list("/tmp/elsewhere") == []
+
+
+@pytest.mark.parametrize("text", ["\x00", "\ud800", "a\x00b"])
+def test_filters_with_text_no_row_can_hold_match_nothing(store: SessionStore, text: str) -> None:
+    sm = store.create("/w")
+    sm.append_message(user("findable"))
+    assert store.list_all(name=text) == [] and store.list_all(model=text) == [] and store.list(text) == []
+    assert store.search("findable", role=text) == []
+    assert [hit.role for hit in store.search("findable", role="user")] == ["user"]
+    with pytest.raises(SessionNotFound):
+        store.delete(text)
+    assert len(store.list_all()) == 1
+
+
+@pytest.mark.parametrize("options", [{"limit": -1}, {"limit": True}, {"limit": 2.5}, {"since_ms": "x"},
+                                     {"until_ms": 2**70}, {"since_ms": float("nan")}])
+def test_listing_bounds_are_checked(store: SessionStore, options: dict) -> None:
+    store.create("/w").append_message(user("x"))
+    name = next(iter(options))
+    with pytest.raises(ValueError, match=f"^{name} must be "):
+        store.list_all(**options)
+
+
+def test_listing_bounds_that_fit(store: SessionStore) -> None:
+    store.create("/w").append_message(user("x"))
+    assert len(store.list_all(limit=0)) == 0 and len(store.list_all(limit=5, since_ms=0, until_ms=2**62)) == 1
+    assert len(store.list_all(since_ms=0.5)) == 1  # a fraction of a millisecond is a number too
+
+
+def test_claims_and_ids_of_the_wrong_kind_are_refused(store: SessionStore) -> None:
+    sm = store.create("/w")
+    sm.append_message(user("x"))
+    session_id = sm.get_session_id()
+    with pytest.raises(ValueError, match="owner name cannot hold NUL or lone surrogates"):
+        store.claim(session_id, "a\x00b", force=True)
+    for ttl in (2**70, -1, float("nan")):
+        with pytest.raises(ValueError, match=r"^ttl_ms must be milliseconds"):
+            store.claim(session_id, "owner", ttl_ms=ttl)
+    assert store.claims() == []  # nothing was taken
+    for wrong in (None, 5):
+        with pytest.raises(TypeError, match=r"^a session id is a string"):
+            store.open(wrong)  # type: ignore[arg-type]
+    assert store.claim(session_id, "owner", ttl_ms=1000).owner == "owner"
