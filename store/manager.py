@@ -233,7 +233,9 @@ class SessionManager:
 
         Reads inside the block see the block's entries. If the block raises, nothing of it is
         stored and the leaf goes back to where it was. The transaction holds the database's write
-        lock (SQLite) or the session row's lock (PostgreSQL) until the block ends.
+        lock (SQLite) or the session row's lock (PostgreSQL) until the block ends. A ``batch()``
+        inside another is part of the outer one (no savepoint): what it appended stays if the outer
+        block catches its exception, and is stored or dropped with the outer block.
         """
         if self._batch is not None:
             yield self
