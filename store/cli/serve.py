@@ -53,6 +53,7 @@ def serve_command(host: str, port: int, token: str | None) -> None:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise click.ClickException(f"cannot listen on {shown}:{port}: {reason}") from exc
     viewer = SessionStore(readonly_engine(store.engine.url.render_as_string(hide_password=False)))
+    store.engine.dispose()  # the schema check's connection: closed now, not as the last one when serving ends
     click.echo(f"pi-store serve: http://{shown}:{listening.getsockname()[1]}/ (read-only"
                f"{', token required' if token else ''}; Ctrl-C stops)", err=True)
     try:

@@ -18,12 +18,14 @@ from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from store.db.faults import error_line
 from store.errors import SessionNotFound, StoreError
 from store.format import js_stringify
 from store.gc_pause import gc_paused
@@ -142,7 +144,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
     env.filters.update(clean=render.clean, content=render.content, message=render.message,
                        entry_body=render.entry_body, snippet=render.snippet, pretty=render.pretty_json,
                        one_line=one_line, summary=content_summary, model_name=charts.model_name,
-                       text_block=render.text_block)
+                       text_block=render.text_block, thousands=render.thousands)
     env.globals.update(session_url=session_url, list_url=list_url)
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -150,10 +152,14 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         return HTMLResponse(html.encode("utf-8", "replace"), status)  # text went through clean(): a safety net
 
     def failure(request: Request, exc: Exception) -> Response:
-        status = 404 if isinstance(exc, (SessionNotFound, data.EntryNotFound)) else 400
+        if isinstance(exc, DBAPIError):  # a fault of the database (gone, damaged, unreachable): one line
+            status, message = 503, error_line(exc)
+        else:
+            status = 404 if isinstance(exc, (SessionNotFound, data.EntryNotFound)) else 400
+            message = str(exc)
         if request.url.path.startswith("/api/"):
-            return JSJSONResponse({"error": str(exc)}, status)
-        return page("error.html", status, message=str(exc))
+            return JSJSONResponse({"error": message}, status)
+        return page("error.html", status, message=message)
 
     def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:  # synchronous: Starlette runs it in its thread pool
@@ -162,7 +168,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
             try:
                 with gc_paused():
                     return handler(request)
-            except StoreError as exc:
+            except (StoreError, DBAPIError) as exc:
                 return failure(request, exc)
         return endpoint
 

@@ -20,7 +20,7 @@ from store.analysis.listing import SORTS
 from store.analysis.usage import main_models, usage_by_day
 from store.context_window import context_rows
 from store.db import queries
-from store.db.engine import make_engine, read_transaction
+from store.db.engine import make_engine, read_transaction, sqlite_path
 from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
@@ -46,11 +46,13 @@ class EntryNotFound(StoreError):
 
 
 def readonly_engine(url: str) -> Engine:
-    """An engine on ``url`` whose connections cannot write: SQLite's ``query_only`` pragma,
-    PostgreSQL transactions begun ``READ ONLY`` by psycopg (the driver connection's setting, not
-    the server session's: behind a transaction pooler a session default would outlive the
-    transaction and reach other clients). The viewer's guarantee, whatever its code does."""
-    engine = make_engine(url)
+    """An engine on ``url`` whose connections cannot write: a SQLite file opened read-only
+    (``mode=ro``: nothing is created when the file is gone, no WAL mode is set, the last
+    connection to close does not checkpoint), SQLite's ``query_only`` pragma, PostgreSQL
+    transactions begun ``READ ONLY`` by psycopg (the driver connection's setting, not the server
+    session's: behind a transaction pooler a session default would outlive the transaction and
+    reach other clients). The viewer's guarantee, whatever its code does."""
+    engine = make_engine(url, read_only="ro") if sqlite_path(url) is not None else make_engine(url)
 
     @event.listens_for(engine, "connect")
     def _read_only(dbapi_conn: Any, _record: Any) -> None:

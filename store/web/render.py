@@ -42,6 +42,14 @@ def text_block(value: Any, css: str = "text") -> Markup:
                   '</summary><pre class="{}">{}</pre></details>').format(css, head, len(lines), len(text), css, text)
 
 
+def thousands(value: Any) -> str:
+    """A number with thousands separators; anything else a session may hold in its place (a token
+    count written as a string, a list) as its JSON, cleaned."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:,}"
+    return clean(pretty_json(value))
+
+
 def pretty_json(value: Any) -> str:
     """A JSON value indented for reading (ids and keys as they are)."""
     try:
