@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,9 +92,22 @@ def _decode_cursor(cursor: str, sort: str, reverse: bool) -> tuple[Any, int]:
         name, rev, value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError) as exc:
         raise BadCursor(f"not a listing cursor: {cursor!r}") from exc
-    if name != sort or rev != reverse or not isinstance(pk, int):
+    if name != sort or rev != reverse:
         raise BadCursor(f"cursor was made for --sort {name}{' --reverse' if rev else ''}, not this listing")
+    if not (_whole(pk) and pk >= 0 and (value is None or _CURSOR_VALUE[sort](value))):  # as encode_cursor made it
+        raise BadCursor(f"not a listing cursor: {cursor!r}")
     return value, pk
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int and -_MS_RANGE <= value < _MS_RANGE
+
+
+_CURSOR_VALUE: dict[str, Callable[[object], bool]] = {  # the sort key's values, as the columns hold them
+    "modified": _whole, "created": _whole,
+    "name": lambda value: isinstance(value, str) and db_text(value) == value,
+    "cost": lambda value: (_whole(value) or type(value) is float) and math.isfinite(value),  # type: ignore[arg-type]
+}
 
 
 def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", reverse: bool = False,
@@ -100,8 +115,8 @@ def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", re
     """``sessions`` rows in listing order, each with the cursor that continues after it."""
     if sort not in SORTS:
         raise StoreError(f"unknown sort {sort!r}: choose one of {', '.join(SORTS)}")
-    if limit is not None and not (type(limit) is int and limit >= 0):
-        raise ValueError(f"limit must be a whole number of at least 0 (or None), not {limit!r}")
+    if limit is not None and not (type(limit) is int and 0 <= limit < _MS_RANGE):
+        raise ValueError(f"limit must be a whole number from 0 to 2**63 - 1 (or None), not {limit!r}")
     for name in ("since_ms", "until_ms"):
         _check_ms(name, getattr(where, name))
     descending = _DESCENDING[sort] != reverse

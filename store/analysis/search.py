@@ -78,6 +78,8 @@ def search(engine: Engine, query: str, *, session: str | None = None, role: str 
     ``sync``: first bring SQLite's index up to date (a write when rows are pending); a read-only
     reader passes False and searches what is indexed (``fts.pending`` says how much is not).
     """
+    if not (type(limit) is int and 1 <= limit < 2**63):
+        raise ValueError(f"limit must be a whole number from 1 to 2**63 - 1, not {limit!r}")
     parsed = fts.parse_query(query)
     if sync:
         fts.sync(engine)

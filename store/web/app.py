@@ -229,6 +229,8 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
             limit = int(params.get("limit") or data.SEARCH_LIMIT)
         except ValueError as exc:
             raise data.BadRequest("limit is not a number") from exc
+        if limit > data.MAX_LIMIT:
+            raise data.BadRequest(f"limit must be at most {data.MAX_LIMIT}")
         return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, max(limit, 1)))
 
     def api_usage(request: Request) -> Response:

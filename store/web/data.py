@@ -34,6 +34,7 @@ from store.tree_view import entry_summary, layout, tree_structure
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 50
+MAX_LIMIT = 2**63 - 2  # a page and the one more row that says whether another follows: a 64-bit LIMIT
 KEEP = CompactionSettings().keep_recent_tokens  # the plan shown: Pi's default settings
 
 
@@ -91,8 +92,8 @@ class ListQuery:
             size = int(limit) if limit else default_limit
         except ValueError as exc:
             raise BadRequest(f"limit is not a number: {limit!r}") from exc
-        if size is not None and size < 1:
-            raise BadRequest("limit must be at least 1")
+        if size is not None and not 1 <= size <= MAX_LIMIT:
+            raise BadRequest(f"limit must be from 1 to {MAX_LIMIT}")
         text = {k: (params.get(k) or None) for k in ("cwd", "cursor", "name", "model", "since", "until")}
         return cls(sort=sort, reverse=params.get("reverse") in ("1", "true", "on"), limit=size, **text)
 

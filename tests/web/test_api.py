@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -45,6 +46,35 @@ def test_bad_parameters_are_400(served: Served) -> None:
     assert served.get("/api/sessions?cursor=garbage&limit=2").status_code == 400
     assert served.get("/api/sessions/no-such-session").status_code == 404
     assert served.get(f"/api/sessions/{sessions.LONG_ID}/context?leaf=nope").status_code == 404
+
+
+def forged(*cursor: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(cursor)).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("path", [
+    "/?limit=99999999999999999999999", "/api/sessions?limit=9223372036854775807",
+    "/api/search?q=module&limit=9223372036854775808",
+    "/api/sessions?cursor=" + forged("modified", False, 1, 2**70),
+    "/api/sessions?cursor=" + forged("modified", False, 2**70, 1),
+    "/api/sessions?cursor=" + forged("modified", False, {"a": 1}, 1),
+    "/api/sessions?cursor=" + forged("modified", False, "a", 36),
+    "/api/sessions?cursor=" + forged("name", False, "\u0000", 1),
+    "/api/sessions?sort=cost&cursor=" + forged("cost", False, [1, 2], 1),
+    "/api/sessions?cursor=" + forged("modified", False, 1, -1),
+])
+def test_numbers_and_cursors_past_what_the_database_takes_are_400(served: Served, path: str) -> None:
+    """Once a 500 each (an integer past 64 bits reached the driver, a forged cursor's value was
+    compared with the column as it was)."""
+    response = served.get(path)
+    assert response.status_code == 400, (path, response.text[-300:])
+
+
+@pytest.mark.parametrize("name", ["cwd", "name", "model"])
+def test_a_filter_with_a_nul_matches_nothing(served: Served, name: str) -> None:
+    """PostgreSQL's text cannot hold NUL: the filter once reached it as given (a 500)."""
+    response = served.get(f"/api/sessions?{name}=%00")
+    assert (response.status_code, response.json()) == (200, [])
 
 
 def test_search_is_search_json(served: Served) -> None:
