@@ -221,6 +221,19 @@ def test_corrupt_database_says_so(tmp_path: Path) -> None:
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_command_started_with_stdout_or_stderr_closed(tmp_path: Path, closed: int) -> None:
+    """``pi-store list >&-``: Python starts with ``sys.stdout`` None, and the command failed with
+    "AttributeError: 'NoneType' object has no attribute 'isatty'" (``serve`` too, in uvicorn's
+    logging set-up, once it had printed its address). What is written to it is dropped, as
+    Python's print drops it."""
+    url = stored_without_index(tmp_path)
+    command = [sys.executable, "-m", "store.cli", "--db", url, "list"]
+    done = subprocess.run(command, capture_output=True, timeout=120, preexec_fn=lambda: os.close(closed))
+    assert done.returncode == 0, done.stderr
+    assert (done.stdout, done.stderr) == (b"", b"") if closed == 1 else b" messages " in done.stdout
+
+
 def test_bad_timeout_setting() -> None:
     line = one_error_line(pi_store("sqlite://", "list", env={"PI_STORE_LOCK_TIMEOUT": "soon"}))
     assert line == "Error: PI_STORE_LOCK_TIMEOUT must be a number of seconds (0: no limit), not 'soon'"

@@ -127,6 +127,9 @@ class _Commands(click.Group):
                 formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> object:
+        for name in ("stdout", "stderr"):  # started with it closed (>&-): what Python's print does, drop the text
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the life of the process)
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit

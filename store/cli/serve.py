@@ -57,8 +57,9 @@ def serve_command(host: str, port: int, token: str | None) -> None:
     click.echo(f"pi-store serve: http://{shown}:{listening.getsockname()[1]}/ (read-only"
                f"{', token required' if token else ''}; Ctrl-C stops)", err=True)
     try:
+        # use_colors given: uvicorn would ask whether stdout is a terminal, which fails when it is closed
         server = uvicorn.Server(uvicorn.Config(create_app(viewer, token), log_level="warning", server_header=False,
-                                               access_log=False))
+                                               access_log=False, use_colors=False))
         server.run(sockets=[listening])
     finally:
         listening.close()

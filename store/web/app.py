@@ -81,7 +81,9 @@ class Guard:
         return hmac.compare_digest(given.encode(), self.token or b"")
 
     def _with_headers(self, send: Callable[[dict], Awaitable[None]], request: Request, authorised: bool) -> Callable:
-        set_cookie = authorised and self.token is not None and "token" in request.query_params
+        given = request.query_params.get("token")  # remembered only when it is the token (not when a header was)
+        set_cookie = (authorised and self.token is not None and given is not None
+                      and hmac.compare_digest(given.encode(), self.token))
 
         async def wrapped(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -90,7 +92,7 @@ class Guard:
                             (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
                             (b"cache-control", b"no-store")]
                 if set_cookie:  # so that the page's own links and assets carry the token
-                    headers.append((b"set-cookie", f"{TOKEN_COOKIE}={request.query_params['token']}; "
+                    headers.append((b"set-cookie", f"{TOKEN_COOKIE}={given}; "
                                                    "HttpOnly; SameSite=Strict; Path=/".encode()))
                 message = {**message, "headers": headers}
             await send(message)
@@ -240,13 +242,15 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
     routes = [
         Route("/", guarded(sessions_page)),
         Route("/usage", guarded(usage_page)),
-        Route("/sessions/{session_id}", guarded(session_page)),
+        # ids may hold "/" (the path converter; %2F arrives decoded) or be empty; an id ending in
+        # "/context" or "/usage" reads as that route of the id before it
+        Route("/sessions/{session_id:path}", guarded(session_page)),
         Route("/api/sessions", guarded(api_sessions)),
         Route("/api/usage", guarded(api_usage)),
         Route("/api/search", guarded(api_search)),
-        Route("/api/sessions/{session_id}/context", guarded(api_context)),
-        Route("/api/sessions/{session_id}/usage", guarded(api_usage)),
-        Route("/api/sessions/{session_id}", guarded(api_session)),
+        Route("/api/sessions/{session_id:path}/context", guarded(api_context)),
+        Route("/api/sessions/{session_id:path}/usage", guarded(api_usage)),
+        Route("/api/sessions/{session_id:path}", guarded(api_session)),
         Mount("/static", static, name="static"),
     ]
     return Guard(Starlette(routes=routes), token)

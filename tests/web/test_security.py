@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from urllib.parse import quote
 
 import httpx
 
@@ -82,6 +83,37 @@ def test_token_is_required_on_every_request(tmp_path) -> None:
         assert first.status_code == 200
         # the page's own links carry the token by the cookie that ?token= set
         assert httpx.get(base + "/api/sessions", cookies=first.cookies, timeout=60).status_code == 200
+        # a request let in by its header remembers no other ?token= (it once set that as the cookie,
+        # and one holding CR LF or NUL broke the response: an empty reply, a traceback on the terminal)
+        for other in ("wrong-token-xx", "a\x00b", "a\r\nSet-Cookie: x=y"):
+            answer = httpx.get(base + "/", params={"token": other}, headers={"X-Pi-Store-Token": token}, timeout=60)
+            assert answer.status_code == 200 and "set-cookie" not in answer.headers, other
+    finally:
+        stop(process)
+    assert "Traceback" not in process.stderr.read()
+
+
+def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
+    """Listed, linked, and once a 404: the routes' ids stopped at the first "/" (which arrives
+    decoded from %2F)."""
+    ids = ["a/b", "", "ü/ß😀"]  # (one ending in "/context" or "/usage" names that route of the id before it)
+    files = [sessions.write(tmp_path / f"{n}.jsonl", session_id, [sessions._user("u1", None, 1, "hello")])
+             for n, session_id in enumerate(ids)]
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", *map(str, files)], check=True,
+                   capture_output=True, timeout=300)
+    process, base = start_server(url)
+    try:
+        listing = httpx.get(base + "/", timeout=60).text
+        for session_id in ids:
+            link = "/sessions/" + quote(session_id, safe="")
+            assert f'href="{link}"' in listing, session_id
+            assert httpx.get(base + link, timeout=60).status_code == 200, session_id
+            api = httpx.get(base + "/api/sessions/" + quote(session_id, safe=""), timeout=60)
+            assert api.status_code == 200 and api.json()["session"]["id"] == session_id
+            for tail in ("/context", "/usage"):
+                assert httpx.get(base + "/api/sessions/" + quote(session_id, safe="") + tail,
+                                 timeout=60).status_code == 200, (session_id, tail)
     finally:
         stop(process)
 
