@@ -27,7 +27,14 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from store.analysis.extract import KEEP_ONCE_MIN_CHARS
-from store.db.engine import is_sqlite, read_transaction, write_transaction
+from store.db.engine import (
+    behind_pooler,
+    driver_connect,
+    driver_error,
+    is_sqlite,
+    read_transaction,
+    write_transaction,
+)
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
 
@@ -244,10 +251,33 @@ def sync(engine: Engine) -> int:
 
 
 def rebuild(engine: Engine) -> int:
-    """Rebuild the index from ``search_text``; returns the number of indexed rows."""
-    with write_transaction(engine) as conn:
-        if is_sqlite(conn):
+    """Rebuild the index from ``search_text``; returns the number of indexed rows.
+
+    PostgreSQL builds the new GIN index beside the old one (``REINDEX CONCURRENTLY``): searches
+    use the old one and writers go on meanwhile (a plain ``REINDEX`` locks both out until it
+    ends). A bulk build is also what makes it small: an index grown row by row through the pending
+    list is several times larger (BENCHMARKS.md). It waits for the transactions that were
+    writing when it began, however long they take (no lock timeout: a connection of its own). An
+    invalid copy left by a rebuild that was stopped is dropped first."""
+    if is_sqlite(engine):
+        with write_transaction(engine) as conn:
             clear(conn)
             return catch_up(conn)
-        conn.execute(text("REINDEX INDEX ix_entries_search_vector"))
-        return conn.execute(text("SELECT count(*) FROM entries WHERE search_text <> ''")).scalar_one()
+    conn = driver_connect(engine)
+    try:
+        conn.autocommit = True
+        if not behind_pooler(engine.url):  # (behind one, timeouts are set per transaction: none here)
+            conn.execute("SET lock_timeout = 0")
+        for (name,) in conn.execute(_LEFT_BY_A_STOPPED_REBUILD).fetchall():
+            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        conn.execute("REINDEX INDEX CONCURRENTLY ix_entries_search_vector")
+        return conn.execute("SELECT count(*) FROM entries WHERE search_text <> ''").fetchone()[0]
+    except engine.dialect.loaded_dbapi.Error as exc:
+        raise driver_error(engine, exc) from exc
+    finally:
+        conn.close()
+
+
+_LEFT_BY_A_STOPPED_REBUILD = r"""
+SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid = 'entries'::regclass AND NOT i.indisvalid AND c.relname LIKE 'ix\_entries\_search\_vector\_ccnew%'"""

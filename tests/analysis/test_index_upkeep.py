@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from store.analysis import fts
 from store.analysis.backfill import recompute_analysis
 from store.db.engine import alembic_config, is_sqlite, make_engine, read_transaction, write_transaction
 from store.session_store import SessionStore
+from tests.conftest import scratch_pg_database
 from tests.oracle_support import FIXTURES
 
 FILES = [FIXTURES / "sessions" / name for name in ("small-seed1-0.jsonl", "medium-seed2-0.jsonl", "legacy-v1.jsonl")]
@@ -112,3 +115,50 @@ def test_cli_import_leaves_the_sqlite_index_current(tmp_path) -> None:
     with SessionStore.connect(url) as store, read_transaction(store.engine) as conn:
         assert fts.pending(conn) == 0
         assert conn.execute(text("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'the'")).scalar() > 10
+
+
+def test_a_postgresql_rebuild_lets_writers_and_searches_go_on(tmp_path) -> None:
+    """``REINDEX CONCURRENTLY``: while the rebuild waits for a transaction that was writing to
+    ``entries`` when it began, an append and a search go through (a plain ``REINDEX`` queued a
+    lock that held both until the writer ended); an invalid copy a stopped rebuild left is dropped,
+    and the rebuilt index finds what was appended meanwhile."""
+    import psycopg
+
+    with scratch_pg_database("pi_store_rebuild") as url, SessionStore.connect(url) as store:
+        store.import_file(FILES[0])
+        sm = store.create("/w")
+        sm.append_message({"role": "user", "content": "before the rebuild", "timestamp": 1})
+        plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(plain, autocommit=True) as admin:  # what a stopped rebuild leaves behind
+            admin.execute("CREATE INDEX ix_entries_search_vector_ccnew ON entries (seq)")
+            admin.execute("UPDATE pg_index SET indisvalid = false "
+                          "WHERE indexrelid = 'ix_entries_search_vector_ccnew'::regclass")
+        writer = psycopg.connect(plain)
+        writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")  # a write transaction, left open
+        rebuilt: list[int] = []
+        rebuilding = threading.Thread(target=lambda: rebuilt.append(fts.rebuild(store.engine)))
+        rebuilding.start()
+        try:
+            with psycopg.connect(plain, autocommit=True) as watcher:
+                deadline = time.monotonic() + 60
+                while not watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                          "AND (query LIKE 'REINDEX%' OR query LIKE 'DROP INDEX%')").fetchone()[0]:
+                    assert time.monotonic() < deadline and rebuilding.is_alive(), "the rebuild never waited"
+                    time.sleep(0.05)
+            appended: list[str] = []
+            appending = threading.Thread(target=lambda: appended.append(
+                sm.append_message({"role": "user", "content": "during the rebuild", "timestamp": 2})))
+            appending.start()
+            appending.join(30)
+            assert appended, "the append waited for the rebuild"
+            assert [h.entry_id for h in store.search("before")] == [sm.get_branch()[0]["id"]]
+        finally:
+            writer.rollback()
+            writer.close()
+            rebuilding.join(120)
+        assert rebuilt and rebuilt[0] > 10
+        assert [h.entry_id for h in store.search("during")] == [appended[0]]
+        with store.engine.connect() as conn:
+            indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+                                        "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
+        assert indexes == [("ix_entries_search_vector", True)]
