@@ -607,6 +607,8 @@ def check_response(response: SummaryResponse, label: str) -> str:
                             "incomplete", response)
     if response.has_tool_call:
         raise SummaryFailed(f"{label} failed: the model tried to call a tool", response)
+    if not response.text.strip():  # as a checkpoint it would stand for the whole history: nothing
+        raise SummaryFailed(f"{label} failed: the model's answer holds no text", response)
     return response.text
 
 

@@ -188,6 +188,8 @@ class OpenAICompatibleSummarizer:
             raise ValueError("base_url is required")
         if not model:
             raise ValueError("model is required")
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+            raise ValueError("the API key must be printable ASCII (it is sent in an HTTP header)")
         self.base_url = base_url
         self.model = model
         self.api_key = api_key
@@ -206,6 +208,8 @@ class OpenAICompatibleSummarizer:
         if missing:
             raise ValueError(f"summarizer not configured: set {' and '.join(missing)}")
         api_key = env.get(ENV_API_KEY, "").strip() or None
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+            raise ValueError(f"{ENV_API_KEY} must be printable ASCII (it is sent in an HTTP header)")
         return cls(base_url, model, api_key, **kwargs)
 
     def request_body(self, system_prompt: str, prompt: str, max_tokens: int | None) -> dict[str, Any]:
@@ -233,7 +237,7 @@ class OpenAICompatibleSummarizer:
         try:
             with httpx.Client(timeout=self.timeout, transport=self._transport) as client:
                 response = client.post(url, json=body, headers=headers)
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, httpx.InvalidURL) as error:  # InvalidURL: not an HTTPError
             return SummaryResponse("", "error", error_message=f"request to {url} failed: {error}")
         if response.status_code >= 400:
             excerpt = response.text[:500].strip()
@@ -242,13 +246,18 @@ class OpenAICompatibleSummarizer:
                 error_message=f"HTTP {response.status_code} from {url}" + (f": {excerpt}" if excerpt else ""))
         try:
             data = response.json()
-            choice = data["choices"][0]
-            message = choice.get("message") or {}
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+        except ValueError as error:
             return SummaryResponse("", "error", error_message=f"unreadable answer from {url}: {error!r}")
         usage = _usage_from_openai(data.get("usage") if isinstance(data, dict) else None)
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            return SummaryResponse("", "error", usage, error_message=str(data["error"].get("message")))
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):  # the server's own words
+            return SummaryResponse("", "error", usage, error_message=f"{url}: {data['error'].get('message')}")
+        try:
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+            if not isinstance(message, dict):
+                raise TypeError(f"the choice's message is a {type(message).__name__}, not an object")
+        except (KeyError, IndexError, TypeError, AttributeError) as error:
+            return SummaryResponse("", "error", usage, error_message=f"unreadable answer from {url}: {error!r}")
         text = _message_text(message.get("content"))
         finish = choice.get("finish_reason")
         has_tool_call = (bool(message.get("tool_calls")) or bool(message.get("function_call"))

@@ -168,6 +168,9 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "http://127.0.0.1:8080/v1", "qwen", None, 3)
     monkeypatch.setenv(ENV_API_KEY, "k")
     assert OpenAICompatibleSummarizer.from_env().api_key == "k"
+    monkeypatch.setenv(ENV_API_KEY, "ключ")
+    with pytest.raises(ValueError, match=f"^{ENV_API_KEY} must be printable ASCII"):
+        OpenAICompatibleSummarizer.from_env()
     monkeypatch.delenv(ENV_MODEL)
     with pytest.raises(ValueError, match=ENV_MODEL):
         OpenAICompatibleSummarizer.from_env()
@@ -220,6 +223,45 @@ def test_compaction_refuses_bad_answers(chat_server: ChatServer, bad: str) -> No
     with pytest.raises(SummaryFailed):
         compact(prep, OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5))
     assert len(chat_server.requests) == 2
+
+
+def _without_message(answer: dict[str, Any]) -> dict[str, Any]:
+    del answer["choices"][0]["message"]
+    return answer
+
+
+@pytest.mark.parametrize("history", [ChatServer.answer(""), ChatServer.answer(None), ChatServer.answer(" \n\t"),
+                                     _without_message(ChatServer.answer("x"))],
+                         ids=["empty", "null", "blank", "no message"])
+def test_an_answer_without_text_is_no_summary(chat_server: ChatServer, history: dict) -> None:
+    """Once stored as the checkpoint: the compaction then stood for the whole history with an
+    empty summary (exit 0, the model's context wiped but for the file lists)."""
+    prep = prepare_compaction(_split_turn_path(), CompactionSettings(keep_recent_tokens=800))
+    assert prep is not None
+    chat_server.queue((200, history))
+    with pytest.raises(SummaryFailed, match="the model's answer holds no text"):
+        compact(prep, OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5))
+
+
+@pytest.mark.parametrize(("payload", "said"), [
+    ({"choices": [{"message": "plain string"}]}, "the choice's message is a str"),
+    ({"choices": [{"message": ["a"]}]}, "the choice's message is a list"),
+    ({"error": {"message": "model overloaded"}}, "model overloaded"),
+    ("[1, 2]", "unreadable answer"),
+])
+def test_odd_answers_are_errors_that_say_what_came(chat_server: ChatServer, payload: Any, said: str) -> None:
+    """A message that is not an object raised AttributeError out of summarize(); an error body
+    was reported as "KeyError('choices')" instead of the server's message."""
+    chat_server.queue((200, payload))
+    response = OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5).summarize("s", "p", 10)
+    assert response.stop_reason == "error" and said in response.error_message, response.error_message
+
+
+def test_a_url_or_key_that_cannot_be_sent_is_said_so() -> None:
+    response = OpenAICompatibleSummarizer("http://[::1", "m", timeout=2).summarize("s", "p", 10)
+    assert response.stop_reason == "error" and "request to http://[::1" in response.error_message
+    with pytest.raises(ValueError, match="API key must be printable ASCII"):
+        OpenAICompatibleSummarizer("http://127.0.0.1:9/v1", "m", "ключ")
 
 
 def test_deterministic_summarizer_is_reproducible() -> None:
