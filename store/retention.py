@@ -12,7 +12,9 @@ latest N sessions of each working directory, are kept whole. In the others it ke
 
 * every row that is not an entry (header, second headers, non-object values, skipped lines);
 * the path from the root to the leaf (the last entry in file order: what Pi opens);
-* for each target whose latest label entry sets a label, the target and the label entry;
+* for each target whose latest label entry sets a label, the target and the label entry; a latest
+  label entry that clears when an older one of its target is kept for another reason (else the
+  older label would be the target's again);
 * the latest ``session_info`` entry (it names the session in Pi's list, from any branch);
 * every entry whose timestamp is at or after D, or cannot be read as a date;
 * every row whose entry id occurs more than once (Pi's ``byId`` picks the last: dropping one of
@@ -341,7 +343,7 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
             seq = parent[seq]
 
     by_id: dict[str, list[int]] = {}
-    latest_label: dict[str, int] = {}
+    labels_of: dict[str, list[int]] = {}  # a target's label entries, in file order
     latest_info = NONE
     for row in rows:
         if row.kind != ENTRY:
@@ -350,7 +352,7 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
         if row.entry_id is not None:
             by_id.setdefault(row.entry_id, []).append(row.seq)
         if row.type == "label" and row.target_id is not None:
-            latest_label[row.target_id] = row.seq
+            labels_of.setdefault(row.target_id, []).append(row.seq)
         elif row.type == "session_info":
             latest_info = row.seq
         stamp = parse_js_date(row.timestamp) if row.timestamp is not None else None
@@ -362,11 +364,18 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
         if len(seqs) > 1:
             for seq in seqs:
                 keep_path(seq)
-    for target_id, seq in latest_label.items():
-        if truthy(prop(js_parse(rows[seq].label_line), "label")):
-            keep_path(seq)
+    for target_id, seqs in labels_of.items():
+        if truthy(prop(js_parse(rows[seqs[-1]].label_line), "label")):
+            keep_path(seqs[-1])
             for target in by_id.get(target_id, ()):
                 keep_path(target)
+    # a latest label entry that clears, dropped while an older one of its target stays (on the path,
+    # recent, ...), would bring that label back: kept then, until no such pair is left (its path can
+    # keep older label entries of other targets)
+    cleared = [seqs for seqs in labels_of.values() if len(seqs) > 1]
+    while unsettled := [seqs for seqs in cleared if not keep[seqs[-1]] and any(keep[seq] for seq in seqs[:-1])]:
+        for seqs in unsettled:
+            keep_path(seqs[-1])
     drop = [row for row in rows if not keep[row.seq]]
     if not drop:
         return None

@@ -342,3 +342,28 @@ def test_pi_opens_the_pruned_export_as_it_opened_the_file(tmp_path: Path, clock)
     assert after["openError"] is None and len(after["entries"]) == len(before["entries"]) - len(DROPPED)
     for key in PI_OPENS:
         assert js_diff(before[key], after[key]) is None, key
+
+
+def test_prune_does_not_bring_back_a_label_that_was_cleared(store: SessionStore, clock):
+    """The entry that set the label lies on the current path (kept); the one that cleared it on
+    an abandoned branch (dropped, as a latest label entry that clears was): the label came back."""
+    old = clock.now - 90 * DAY_MS
+    manager = store.create("/work/labels")
+    clock.now = old
+    question = manager.append_message({"role": "user", "content": "question", "timestamp": int(old)})
+    manager.append_message({"role": "assistant", "content": [{"type": "text", "text": "answer"}],
+                            "provider": "p", "model": "m", "api": "x", "stopReason": "stop", "timestamp": int(old)})
+    manager.append_label_change(question, "important")  # on the path that stays current
+    side = manager.append_message({"role": "user", "content": "a side question", "timestamp": int(old)})
+    manager.append_label_change(question, None)  # cleared on the branch that will be abandoned
+    manager.branch(side)
+    manager.append_message({"role": "assistant", "content": [{"type": "text", "text": "new leaf"}],
+                            "provider": "p", "model": "m", "api": "x", "stopReason": "stop", "timestamp": int(old)})
+    clock.now = old + 90 * DAY_MS
+    sid = manager.get_session_id()
+    assert manager.get_label(question) is None
+    context = manager.build_session_context()
+    store.prune(POLICY, apply=True)
+    pruned = store.open(sid)
+    assert pruned.get_label(question) is None and pruned.build_session_context() == context
+    assert verify_session(store, sid).ok
