@@ -226,7 +226,15 @@ def test_prune_keeps_what_pi_opens_and_what_an_import_would_hold(store: SessionS
 
     health = verify_session(store, "s1")
     assert health.tree_ok and health.tree_mismatches == 0
-    assert health.bytes_ok is False  # the file's history is no longer held: diverged (diverged_seq), not damaged
+    # the file's history is no longer held: diverged after its first 3 lines (read from the file
+    # itself, which is still the one imported), not damaged (the verdict once was: it compared
+    # those lines with the whole file's hash)
+    assert (health.verdict, health.bytes_ok, health.file_lines) == ("diverged", True, 3), health.describe()
+    source.write_bytes(source.read_bytes() + b"\n")  # no longer the imported file: not compared
+    health = verify_session(store, "s1")
+    assert (health.verdict, health.bytes_ok) == ("diverged", None) and "not compared" in health.details[0]
+    source.unlink()
+    assert verify_session(store, "s1").verdict == "diverged"
     assert not store.search("quokka") and [hit.entry_id for hit in store.search("marmot")] == ["b7"]
 
     again = store.prune(POLICY, apply=True)
@@ -367,3 +375,14 @@ def test_prune_does_not_bring_back_a_label_that_was_cleared(store: SessionStore,
     pruned = store.open(sid)
     assert pruned.get_label(question) is None and pruned.build_session_context() == context
     assert verify_session(store, sid).ok
+
+
+def test_verify_finds_damage_in_the_file_lines_a_prune_kept(store: SessionStore, tmp_path: Path, clock):
+    source = write_session(tmp_path / "s1.jsonl", branched_lines("s1", clock.now, "okapi"))
+    store.import_file(source)
+    store.prune(POLICY, apply=True)
+    with store.engine.begin() as conn:  # a kept line of the file's part, changed behind the store's back
+        conn.execute(text("UPDATE entries SET line = replace(line, 'okapi', 'okapo') WHERE seq = 1 "
+                          "AND session_pk = (SELECT pk FROM sessions WHERE session_id = 's1')"))
+    health = verify_session(store, "s1")
+    assert health.verdict == "damaged" and health.bytes_ok is False, health.describe()
