@@ -412,11 +412,13 @@ class AsyncSessionManager:
         custom_instructions: str | None = None,
     ) -> str | None:
         """``SessionManager.compact`` with an awaitable summarizer (or a plain one, run in a
-        worker thread); no transaction is open while the summary is being made."""
-        return await _run(
-            self.sync.compact,
-            _OnTheLoop(summarizer),
-            settings,
-            model_max_tokens=model_max_tokens,
-            custom_instructions=custom_instructions,
-        )
+        worker thread); no transaction is open while the summary is being made, and a
+        cancellation then stops it and writes nothing (only the reads before it and the append
+        after it finish first, see :func:`_run`)."""
+        preparation = await _run(self.sync.prepare_compaction, settings)
+        if preparation is None:
+            return None
+        result = await greenlet_spawn(services.compact, preparation, _OnTheLoop(summarizer),
+                                      model_max_tokens=model_max_tokens, custom_instructions=custom_instructions)
+        return await _run(self.sync.append_compaction, result.summary, result.first_kept_entry_id,
+                          result.tokens_before, details=result.details, usage=result.usage)

@@ -185,6 +185,30 @@ async def test_compact_with_an_async_summarizer_matches_the_sync_compaction(
     assert (await sm.get_entry(await sm.compact(DeterministicSummarizer(), settings)))["type"] == "compaction"
 
 
+async def test_a_compaction_cancelled_while_the_summary_is_made_writes_nothing(astore: AsyncSessionStore) -> None:
+    """The whole compact() once ran shielded: the caller's cancellation waited for the summary
+    (a hung model: two requests of up to 120 s) and was delivered after the compaction had been
+    stored. Only the reads before the summary and the append after it are shielded now."""
+    settings = CompactionSettings(True, 16384, 400)
+    sm = await astore.create("/work/p")
+    await _conversation(sm, 6)
+    before = len(await sm.get_entries())
+    summarizer = SlowSummarizer()  # never answers: nobody sets go
+    task = asyncio.create_task(sm.compact(summarizer, settings))
+    await asyncio.sleep(0.3)  # prepared, waiting for the summary
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=10)
+    if not done:  # (the old way: it waits for the summary, which never comes)
+        summarizer.go.set()
+        await asyncio.wait({task})
+    assert task in done and task.cancelled(), "the cancellation waited for the summary"
+    assert len(await sm.get_entries()) == before
+    reopened = await astore.open(sm.session_id)
+    assert reopened.get_leaf_id() == sm.get_leaf_id()
+    summarizer.go.set()
+    assert (await sm.get_entry(await sm.compact(summarizer, settings)))["type"] == "compaction"
+
+
 async def test_many_tasks_share_one_store_without_losing_appends(astore: AsyncSessionStore) -> None:
     tasks, appends = 32, 10
 
