@@ -348,7 +348,13 @@ class AsyncSessionManager:
     async def branch_with_generated_summary(
         self, target_id: str | None, summarizer: AsyncSummarizer | services.Summarizer, **options: Any
     ) -> str:
-        return await _run(self.sync.branch_with_generated_summary, target_id, _OnTheLoop(summarizer), **options)
+        """``SessionManager.branch_with_generated_summary``; a cancellation while the summary is
+        being made stops it and writes nothing (as :meth:`compact`)."""
+        old_path, target_path = await _run(self.sync.paths_to_summarize, target_id)
+        result = await greenlet_spawn(services.summarize_branch, old_path, target_path, _OnTheLoop(summarizer),
+                                      **options)
+        return await _run(self.sync.branch_with_summary, target_id, result.summary, details=result.details,
+                          usage=result.usage)
 
     async def create_branched_session(self, leaf_id: str) -> str:
         return await _run(self.sync.create_branched_session, leaf_id)

@@ -740,12 +740,18 @@ class SessionManager:
                                       **options: Any) -> str:
         """Summarise the branch being left (old leaf back to the common ancestor with
         ``target_id``) and move there with :meth:`branch_with_summary`; returns the summary's id."""
+        old_path, target_path = self.paths_to_summarize(target_id)
+        result = services.summarize_branch(old_path, target_path, summarizer, **options)
+        return self.branch_with_summary(target_id, result.summary, details=result.details, usage=result.usage)
+
+    def paths_to_summarize(self, target_id: str | None) -> tuple[list, list]:
+        """The paths :meth:`branch_with_generated_summary` summarises: the current one and the
+        target's (``EntryNotFound`` when ``target_id`` names no entry)."""
         old_path = self.get_branch()
         target_path = self.get_branch(target_id) if target_id is not None else []
         if target_id is not None and not target_path:
             raise EntryNotFound(f"Entry {target_id} not found")
-        result = services.summarize_branch(old_path, target_path, summarizer, **options)
-        return self.branch_with_summary(target_id, result.summary, details=result.details, usage=result.usage)
+        return old_path, target_path
 
     # ------------------------------------------------------------------ new sessions from this one
     def create_branched_session(self, leaf_id: str) -> str:

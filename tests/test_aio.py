@@ -209,6 +209,22 @@ async def test_a_compaction_cancelled_while_the_summary_is_made_writes_nothing(a
     assert (await sm.get_entry(await sm.compact(summarizer, settings)))["type"] == "compaction"
 
 
+async def test_a_branch_summary_cancelled_while_it_is_made_writes_nothing(astore: AsyncSessionStore) -> None:
+    sm = await astore.create("/work/p")
+    await _conversation(sm, 3)
+    target, leaf = (await sm.get_branch())[1]["id"], sm.get_leaf_id()
+    summarizer = SlowSummarizer()
+    task = asyncio.create_task(sm.branch_with_generated_summary(target, summarizer))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=10)
+    if not done:
+        summarizer.go.set()
+        await asyncio.wait({task})
+    assert task in done and task.cancelled(), "the cancellation waited for the summary"
+    assert sm.get_leaf_id() == leaf and len(await sm.get_entries()) == 6
+
+
 async def test_many_tasks_share_one_store_without_losing_appends(astore: AsyncSessionStore) -> None:
     tasks, appends = 32, 10
 
