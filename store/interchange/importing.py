@@ -153,7 +153,7 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
         raise ValueError(f"prefer must be one of {PREFER}, not {prefer!r}")
     prefer = "file" if replace else prefer
     path = Path(path)
-    source = os.path.realpath(path)
+    source = db_text(os.path.realpath(path))  # a name that is not UTF-8 holds surrogates (os.fsdecode)
     try:  # without blocking: a FIFO would wait for a writer (regular files ignore the flag)
         stream = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)),
                            "rb")
@@ -304,9 +304,11 @@ def _compare(conn: Connection, stream: BinaryIO, size: int, source: str, session
         return _Plan(CONFLICT, session, reason="a session with this id was created through the store's API")
     record = conn.execute(select(imports).where(imports.c.session_pk == session.pk,
                                                 imports.c.source_path == source)).first()
-    if record is not None and record.source_bytes == size:
+    # what this very path gave last time, if that is still what the session holds (another file may
+    # have replaced it since: the records of other paths are not cleared)
+    if record is not None and record.source_bytes == size and record.source_sha256 == session.source_sha256:
         hasher = sha256_of(stream, size)
-        if hasher.hexdigest() == record.source_sha256:  # what this very path gave last time
+        if hasher.hexdigest() == record.source_sha256:
             return _Plan(UNCHANGED, session, hasher, note=note)
     stored_bytes = session.source_bytes or 0
     if size >= stored_bytes:

@@ -4,6 +4,7 @@ the line and the reason; ``strict`` refuses such a file and stores nothing of it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,15 @@ def test_text_no_database_can_hold_is_stored_on_both_engines(store: SessionStore
     assert sm.get_session_name() == "n\u0000ame"  # read from the line: exact
     sm.append_session_info("again\u0000")  # through the API too
     assert [s.name for s in store.list_all()] == ["again\\u0000"]  # the same deviation: Pi lists "again\0"
+
+
+def test_a_file_whose_name_is_not_utf8(store: SessionStore, tmp_path: Path) -> None:
+    """Python names it with surrogates (os.fsdecode), which neither database holds: the import
+    failed ("unexpected UnicodeEncodeError") where the path is recorded. It is recorded in the
+    stored form (store.db.stored_text), found again by a second import."""
+    name = os.fsdecode(b"n\xff\xfe.jsonl")
+    path = tmp_path / name
+    path.write_bytes(HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n")
+    assert import_file(store, path).status == "imported"
+    assert import_file(store, path).status == "unchanged"
+    assert b"".join(store.iter_export(SID)) == path.read_bytes()

@@ -127,3 +127,21 @@ def test_cli_sync_conflict_then_prefer(diverged, db_url: str) -> None:
     assert kept.returncode == 0 and json.loads(kept.stdout.splitlines()[0])["status"] == "kept-store"
     replaced = sync("--prefer", "file")
     assert replaced.returncode == 0 and json.loads(replaced.stdout.splitlines()[0])["status"] == "replaced"
+
+
+def test_a_path_whose_file_another_replaced_is_compared_with_what_the_session_holds(
+        store: SessionStore, tmp_path: Path) -> None:
+    """A imported, B (the same session, a line edited, the same size) put in its place with
+    prefer="file", then A again: its path's record still said what A gave, and the import said
+    "unchanged" (with prefer="file" too) while the store held B."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(FILE)
+    b.write_bytes(FILE.replace(b"aaaaaaaa", b"aaaaaaab"))
+    assert import_file(store, a).status == "imported"
+    assert import_file(store, b, prefer="file").status == "replaced"
+    with pytest.raises(ImportConflict):
+        import_file(store, a)
+    assert b"".join(store.iter_export(SID)) == b.read_bytes()
+    assert import_file(store, a, prefer="file").status == "replaced"
+    assert b"".join(store.iter_export(SID)) == a.read_bytes()
+    assert import_file(store, a).status == "unchanged"
