@@ -45,12 +45,23 @@ def session_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     found: dict[str, Path] = {}
     for path in map(Path, paths):
         if path.is_dir():
-            for file in sorted(path.rglob("*.jsonl")):
+            for file in sorted(_jsonl_below(path)):
                 if file.is_file():
                     found.setdefault(os.path.realpath(file), file)
         else:
             found.setdefault(os.path.realpath(path), path)
     return list(found.values())
+
+
+def _jsonl_below(folder: Path) -> Iterator[Path]:
+    """``folder.rglob("*.jsonl")`` (symbolic links to folders not followed), except that a folder
+    that disappears or cannot be read while it is walked is passed over: rglob raised for one that
+    vanished (a project folder deleted while ``sync --watch`` looks), ending the watch."""
+    for parent, folders, names in os.walk(folder):  # errors ignored (no onerror)
+        folders.sort()  # walked in name order
+        for name in sorted(names):
+            if name.endswith(".jsonl"):
+                yield Path(parent, name)
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from sqlalchemy import select
 
 from store.db.engine import read_transaction
 from store.db.schema import entries, sessions
+from store.interchange import syncing
 from store.interchange.importing import ImportConflict, import_file
 from store.interchange.syncing import import_paths
 from store.session_store import SessionStore
@@ -264,3 +266,16 @@ def test_watch_follows_a_live_folder(tmp_path: Path) -> None:
     with SessionStore.connect(db) as store:
         session_id = json.loads(full[0])["id"]
         assert b"".join(store.iter_export(session_id)) == b"".join(full)
+
+
+def test_a_folder_that_disappears_while_it_is_walked_is_passed_over(tmp_path: Path) -> None:
+    """sync --watch ended ("Error: No such file or directory") when a project folder was deleted
+    while a round looked for session files: Path.rglob raises for a folder that vanishes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.jsonl").write_bytes(b"")
+    (tmp_path / "z" / "deep").mkdir(parents=True)
+    (tmp_path / "z" / "deep" / "y.jsonl").write_bytes(b"")
+    walking = syncing._jsonl_below(tmp_path)
+    first = next(walking)  # a's file: the walk has not reached z yet
+    shutil.rmtree(tmp_path / "z")
+    assert [first, *walking] == [tmp_path / "a" / "x.jsonl"]
