@@ -3,6 +3,8 @@ migrated schema equals the models, and the path query walks by index (no table s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from alembic import command
@@ -55,6 +57,23 @@ def test_schema_appears_on_first_use(db_url: str) -> None:
         assert store.list_all() == []
     with SessionStore.connect(db_url) as store:  # second open: already at head, nothing to do
         assert store.list_all() == []
+
+
+def test_processes_that_start_on_an_empty_database_at_once_wait_for_one_another(db_url: str) -> None:
+    """Each brings the schema to head on first use: they once failed at once (SQLite: "database
+    is locked", a read transaction that then wanted to write; PostgreSQL: a unique violation in
+    the catalog, two creating the same types) in 2 or 3 of every 4. One migrates, the others
+    wait for its lock and find the schema at head."""
+    session = FIXTURES / "sessions" / "small-seed1-0.jsonl"
+    command = [sys.executable, "-m", "store.cli", "--db", db_url, "import", str(session)]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+    results = [(process.wait(timeout=300), process.stderr.read()) for process in processes]
+    for process in processes:
+        process.stdout.close()
+        process.stderr.close()
+    assert [code for code, _ in results] == [0] * 4, results
+    assert stored_revision(make_engine(db_url)) == head_revision()
 
 
 def test_path_query_plan_uses_indexes_only(tmp_path) -> None:

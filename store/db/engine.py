@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (PI_STORE_LOCK_TIMEOUT)
 CONNECT_TIMEOUT_S = 10
 _WRITE = "pi_store_write"
+_MIGRATION_LOCK = 0x70695F73746F7265  # "pi_store": the advisory lock key of schema migrations
 _POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg")
 
 ReadOnly = Literal["ro", "immutable"]
@@ -597,7 +598,13 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
     """The transaction migrations run in. SQLite: with foreign keys off (they can only be switched
     outside a transaction), so that a migration can rebuild a parent table (rename it aside, create
     it anew, drop the old one) without renaming its children's references or cascading the drop;
-    ``PRAGMA foreign_key_check`` must then find nothing, or the whole migration is rolled back."""
+    ``PRAGMA foreign_key_check`` must then find nothing, or the whole migration is rolled back.
+
+    One process migrates at a time, the others wait (up to the lock timeout) and then find the
+    schema at the revision it left: on SQLite the transaction takes the write lock before its
+    first read (a read transaction that then writes fails at once when another wrote first), on
+    PostgreSQL a transaction-scoped advisory lock comes first (two creating the same tables at
+    once fail on the catalog's unique indexes)."""
     with engine.connect() as conn:
         sqlite = is_sqlite(conn)
         # outside SQLAlchemy's transaction (it would BEGIN); a DB-API cursor: the same call on
@@ -605,8 +612,11 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
         driver = conn.connection.dbapi_connection.cursor()
         if sqlite:
             driver.execute("PRAGMA foreign_keys = OFF")
+            conn.info[_WRITE] = True  # BEGIN IMMEDIATE (see _configure_sqlite)
         try:
             with conn.begin():
+                if not sqlite:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
                 yield conn
                 if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
                     raise ForeignKeyViolation(f"the migration left {len(broken)} row(s) whose foreign key "
