@@ -28,12 +28,12 @@ def _text(value: Any) -> str | None:
     return db_text(value) if isinstance(value, str) else None
 
 
-def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, cols: TreeColumns | None,
-                 raw: bytes | None = None, eol: str = "\n") -> tuple:
-    """The ``entries`` row of one physical line, in ``ROW_COLUMNS`` order, then where its text is in
-    its line (``extract.text_path``, None: nowhere; not a column: the SQLite insert statement reads
-    it) (``value``: its parsed JSON, if any; ``cols``: its derived tree columns, if it is an entry;
-    the analysis columns come from ``store.analysis.extract``)."""
+KEY_COLUMNS = ("entry_id", "parent_id", "type", "role", "target_id", "timestamp")
+
+
+def key_values(value: Any) -> tuple:
+    """The ``KEY_COLUMNS`` of a line whose parsed JSON is ``value``: what lookups by id, parent,
+    type and role read instead of the line (``store.interchange.verifying`` checks them)."""
     entry_id = parent_id = entry_type = role = target_id = timestamp = None
     if isinstance(value, dict):
         entry_type = _text(value.get("type"))
@@ -44,6 +44,16 @@ def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, co
             role = _text(prop(value.get("message"), "role"))
         elif entry_type in ("label", "context_edit"):
             target_id = _text(value.get("targetId"))
+    return entry_id, parent_id, entry_type, role, target_id, timestamp
+
+
+def entry_values(session_pk: int, seq: int, kind: str, value: Any, line: str, cols: TreeColumns | None,
+                 raw: bytes | None = None, eol: str = "\n") -> tuple:
+    """The ``entries`` row of one physical line, in ``ROW_COLUMNS`` order, then where its text is in
+    its line (``extract.text_path``, None: nowhere; not a column: the SQLite insert statement reads
+    it) (``value``: its parsed JSON, if any; ``cols``: its derived tree columns, if it is an entry;
+    the analysis columns come from ``store.analysis.extract``)."""
+    entry_id, parent_id, entry_type, role, target_id, timestamp = key_values(value)
     if kind == "entry":
         analysis = analysis_values(value)
         at = text_path(value, analysis[0])

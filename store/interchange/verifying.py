@@ -43,6 +43,7 @@ from store.db import current_path, queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.faults import CANNOT_WRITE, error_line, sqlite_fault
 from store.db.schema import entries, sessions
+from store.db.writes import KEY_COLUMNS, key_values
 from store.format import JsonLineError, js_parse, js_stringify
 from store.interchange.exporting import session_sha256
 from store.loading import ENTRY, SKIPPED, VALUE
@@ -228,12 +229,15 @@ def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: He
     missing: list[int] = []
     not_canonical: list[int] = []
     c = entries.c
+    keys_differ: dict[str, list[int]] = {}  # a key column: the lines whose value in it is not the line's
     stmt = (select(c.seq, c.kind, c.line, c.raw, c.eol, c.parent_seq, c.depth, c.run_start, c.compaction_seq,
-                   c.thinking_seq, c.model_seq, c.superseded)
+                   c.thinking_seq, c.model_seq, c.superseded, *(c[name] for name in KEY_COLUMNS))
             .where(c.session_pk == session.pk).order_by(c.seq))
     diverged = health.file_lines is not None
     expected = 0
-    for seq, kind, line, raw, eol, *columns, is_superseded in conn.execute(stmt):
+    for row in conn.execute(stmt):
+        seq, kind, line, raw, eol = row[:5]
+        columns, is_superseded, keys = row[5:11], row[11], tuple(row[12:])
         if seq > session.last_seq:  # a row past the session's last line: no arrays that long
             health.damage.append(f"row {seq} lies past the session's last line ({session.last_seq + 1})")
             tree = None
@@ -261,6 +265,10 @@ def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: He
                 health.damage.append(f"line {seq + 1} is stored as {kind} but is not JSON")
                 tree = None
                 continue
+        if keys != (derived := key_values(value)):
+            for name, stored_key, line_key in zip(KEY_COLUMNS, keys, derived, strict=True):
+                if stored_key != line_key:
+                    keys_differ.setdefault(name, []).append(seq)
         added = seq >= store_rows_from
         if added and kind != SKIPPED and (js_stringify(value) != line or raw is not None or eol != "\n"):
             not_canonical.append(seq)
@@ -273,6 +281,10 @@ def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: He
                 tree.add(seq, value)
         elif tree is not None:
             tree.skip()
+    if keys_differ:  # lookups by id, parent, type or role would answer from them, not from the lines
+        health.damage.append(f"column{'s' * (len(keys_differ) > 1)} {', '.join(keys_differ)} "
+                             f"differ{'s' * (len(keys_differ) == 1)} from the lines")
+        health.details.extend(f"{name}: line(s) {_listed(seqs)}" for name, seqs in keys_differ.items())
     missing.extend(range(expected, session.last_seq + 1))
     health.missing_rows = len(missing)
     if missing:

@@ -110,6 +110,22 @@ def test_rows_deleted_behind_its_back(store: SessionStore) -> None:
     assert tail.missing_rows == 1 and "rows missing (1)" in tail.damage
 
 
+def test_key_columns_that_disagree_with_their_lines_are_damage(store: SessionStore) -> None:
+    """Lookups by id, parent, type and role read these columns, not the lines: an entry id or a
+    parent id changed behind the store's back made get_entry() miss and get_children() answer
+    wrongly, and verify called the session identical."""
+    session_id = import_file(store, MEDIUM).session_id
+    assert verify_session(store, session_id).verdict == IDENTICAL
+    with write_transaction(store.engine) as conn:
+        spk = conn.execute(sessions.select().where(sessions.c.session_id == session_id)).first().pk
+        conn.execute(update(entries).where(entries.c.session_pk == spk, entries.c.seq == 2).values(entry_id="bogus"))
+        conn.execute(update(entries).where(entries.c.session_pk == spk, entries.c.seq.in_([4, 9]))
+                     .values(parent_id="zzz"))
+    health = verify_session(store, session_id)
+    assert health.verdict == DAMAGED and "columns entry_id, parent_id differ from the lines" in health.damage
+    assert {"entry_id: line(s) 3", "parent_id: line(s) 5, 10"} <= set(health.details)
+
+
 def test_kept_totals_that_drifted_are_damage(store: SessionStore) -> None:
     """Each table kept as rows are written is counted again from the rows; a change behind the
     store's back is damage that names it, and ``fts rebuild --recompute`` mends it."""
