@@ -157,15 +157,17 @@ def last_label_line(conn: Connection, session_pk: int, target_id: str) -> str | 
 _SESSION_KEY = "SELECT session_pk FROM session_ids WHERE session_id = ?"
 
 
-def session_by_id(conn: Connection, session_id: str) -> Row | None:
+def session_by_id(conn: Connection, session_id: str, *, lock: bool = False) -> Row | None:
     """The session row of ``session_id`` (stored, like entry ids, in ``db_text``'s form): its key
     from ``session_ids``, then the row by its key. Two statements, not a join: distributed on
-    their keys (docs/design.md "Distributing on Citus"), each goes to the one shard its key names."""
+    their keys (docs/design.md "Distributing on Citus"), each goes to the one shard its key names.
+    ``lock``: the row ``FOR UPDATE`` on PostgreSQL, as writers lock it (SQLite's write transaction
+    already holds the database's lock)."""
     if not isinstance(session_id, str):
         raise TypeError(f"a session id is a string, not {type(session_id).__name__}: {session_id!r}")
     sql = _SESSION_KEY if conn.dialect.paramstyle == "qmark" else _SESSION_KEY.replace("?", "%s")
     session_pk = conn.exec_driver_sql(sql, (db_text(session_id),)).scalar()  # (no statement to compile)
-    return None if session_pk is None else session_by_pk(conn, session_pk)
+    return None if session_pk is None else session_by_pk(conn, session_pk, lock=lock)
 
 
 def stored_session(conn: Connection, session_id: str) -> Row:
@@ -176,8 +178,9 @@ def stored_session(conn: Connection, session_id: str) -> Row:
     return row
 
 
-def session_by_pk(conn: Connection, session_pk: int) -> Row | None:
-    return conn.execute(select(sessions).where(sessions.c.pk == session_pk)).first()
+def session_by_pk(conn: Connection, session_pk: int, *, lock: bool = False) -> Row | None:
+    stmt = select(sessions).where(sessions.c.pk == session_pk)
+    return conn.execute(stmt.with_for_update() if lock and conn.dialect.name != "sqlite" else stmt).first()
 
 
 def session_count(conn: Connection) -> int:

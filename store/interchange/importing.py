@@ -284,7 +284,10 @@ def _diverged_reason(session: Row) -> str:
 
 def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, prefer: str | None,
             header: dict | None) -> _Plan:
-    session = queries.session_by_id(conn, session_id)
+    # locked as an API writer locks it, before anything is read or written: a writer's batch then
+    # commits first (and this import sees its rows) or waits for the import (and is told the
+    # session changed); and the locks are taken in the writers' order (no deadlock)
+    session = queries.session_by_id(conn, session_id, lock=True)
     if session is None:
         return _Plan(IMPORTED)
     plan = _compare(conn, stream, size, source, session, header)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from sqlalchemy import select, update
 from store.db.engine import read_transaction, write_transaction
 from store.db.schema import entries, sessions
 from store.interchange.importing import ImportConflict, import_file
+from store.interchange.verifying import verify_session
 from store.session_store import SessionStore
 from tests.interchange.test_oddities import HEADER, SID, entry
 from tests.interchange.test_round_trip import table_rows
@@ -145,3 +148,36 @@ def test_a_path_whose_file_another_replaced_is_compared_with_what_the_session_ho
     assert import_file(store, a, prefer="file").status == "replaced"
     assert b"".join(store.iter_export(SID)) == a.read_bytes()
     assert import_file(store, a).status == "unchanged"
+
+
+def test_an_import_that_replaces_a_session_waits_for_a_writers_batch(store: SessionStore, tmp_path: Path) -> None:
+    """PostgreSQL: the import locked only an advisory lock of its own, not the session row the
+    writers lock. Replacing a session while a batch held it deleted the committed rows but not
+    the batch's, then set the session's last row below them: verify found rows past the end, and
+    every later append failed on (session_pk, seq) (also deadlocks on activity_days). The import
+    now locks the row first: it waits for the batch, then replaces what the batch left."""
+    original, edited = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    original.write_bytes(FILE)
+    edited.write_bytes(FILE.replace(b"bbbbbbbb", b"bbbbbbbc"))
+    assert import_file(store, original).status == "imported"
+    writer = store.open(SID)
+    holding, done = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with writer.batch():
+            for n in range(3):
+                writer.append_message({"role": "user", "content": f"in the batch {n}", "timestamp": n})
+            writer.get_entries()  # the rows are sent: the transaction holds them
+            holding.set()
+            time.sleep(1.0)
+        done.set()
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    assert holding.wait(60)
+    report = import_file(store, edited, prefer="file")
+    thread.join(60)
+    assert done.is_set() and report.status == "replaced"
+    assert b"".join(store.iter_export(SID)) == edited.read_bytes()  # the batch committed first, then the file
+    assert verify_session(store, SID).ok
+    store.open(SID).append_message({"role": "user", "content": "after", "timestamp": 9})
