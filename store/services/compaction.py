@@ -607,9 +607,17 @@ def check_response(response: SummaryResponse, label: str) -> str:
                             "incomplete", response)
     if response.has_tool_call:
         raise SummaryFailed(f"{label} failed: the model tried to call a tool", response)
-    if not response.text.strip():  # as a checkpoint it would stand for the whole history: nothing
-        raise SummaryFailed(f"{label} failed: the model's answer holds no text", response)
     return response.text
+
+
+def _checkpoint_text(response: SummaryResponse, label: str) -> str:
+    """:func:`check_response` for a compaction's summary, which stands for the history it replaces:
+    an answer without text is refused too. Pi stores it (an empty summary, the history gone but
+    for the file lists); a branch summary, which replaces nothing, keeps Pi's rule."""
+    text = check_response(response, label)
+    if not text.strip():
+        raise SummaryFailed(f"{label} failed: the model's answer holds no text", response)
+    return text
 
 
 def _with_focus(prompt: str, custom_instructions: str | None) -> str:
@@ -667,7 +675,7 @@ def compact(preparation: CompactionPreparation, summarizer: Summarizer, *,
         response = summarizer.summarize(SUMMARY_SYSTEM_PROMPT,
                                         history_prompt(preparation.messages_to_summarize, previous,
                                                        custom_instructions), history_cap)
-        return check_response(response, "Summary"), response.usage
+        return _checkpoint_text(response, "Summary"), response.usage
 
     if preparation.is_split_turn and preparation.turn_prefix_messages:
         history_text = _NO_HISTORY if is_nullish(previous) else js_to_string(previous)
@@ -677,7 +685,7 @@ def compact(preparation: CompactionPreparation, summarizer: Summarizer, *,
         response = summarizer.summarize(SUMMARY_SYSTEM_PROMPT,
                                         turn_prefix_prompt(preparation.turn_prefix_messages,
                                                            custom_instructions), prefix_cap)
-        prefix_text = check_response(response, "Turn prefix summary")
+        prefix_text = _checkpoint_text(response, "Turn prefix summary")
         summary = f"{history_text}\n\n---\n\n{_SPLIT_TURN_HEADING}\n\n{prefix_text}"
         usage = combine_usage(history_usage, response.usage) if history_usage else response.usage
     else:

@@ -21,9 +21,11 @@ from store.services import (
     SummaryFailed,
     compact,
     prepare_compaction,
+    summarize_branch,
 )
 from store.services.summarizers import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 from tests.services.builders import PathBuilder, tool
+from tests.services.test_branch_summary import _tree
 
 LONG = "lorem ipsum dolor sit amet " * 40
 
@@ -241,6 +243,17 @@ def test_an_answer_without_text_is_no_summary(chat_server: ChatServer, history: 
     chat_server.queue((200, history))
     with pytest.raises(SummaryFailed, match="the model's answer holds no text"):
         compact(prep, OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5))
+
+
+def test_a_branch_summary_without_text_is_kept_as_pi_keeps_it(chat_server: ChatServer) -> None:
+    """Pi's branch summary of an empty answer is its preamble and the file lists (it replaces no
+    history); only a compaction's summary is refused (checked in Pi's compaction.js and
+    branch-summarization.js of the oracle's install)."""
+    old_path, target_path = _tree()
+    chat_server.queue((200, ChatServer.answer("")))
+    result = summarize_branch(old_path, target_path, OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5),
+                              context_window=32768)
+    assert result.summary.startswith("The user worked on another branch of this conversation")
 
 
 @pytest.mark.parametrize(("payload", "said"), [
