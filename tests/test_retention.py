@@ -269,13 +269,17 @@ def test_prune_keeps_recent_and_latest_sessions_whole(store: SessionStore, tmp_p
     assert all(health.ok for health in verify_all(store))
 
 
+def _answer(text: str, ms: float) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p", "model": "m",
+            "api": "x", "stopReason": "stop", "timestamp": int(ms)}
+
+
 def test_prune_keeps_rows_sharing_an_id_and_api_sessions_stay_canonical(store: SessionStore, clock):
     old = clock.now - 90 * DAY_MS
     manager = store.create("/work/api")
     clock.now = old
     root = manager.append_message({"role": "user", "content": "root", "timestamp": int(old)})
-    manager.append_message({"role": "assistant", "content": [{"type": "text", "text": "dropped branch"}],
-                            "provider": "p", "model": "m", "api": "x", "stopReason": "stop", "timestamp": int(old)})
+    manager.append_message(_answer("dropped branch", old))
     manager.branch(root)
     manager.append_message({"role": "user", "content": "kept leaf", "timestamp": int(old) + 5})
     clock.now = old + 90 * DAY_MS
@@ -359,14 +363,12 @@ def test_prune_does_not_bring_back_a_label_that_was_cleared(store: SessionStore,
     manager = store.create("/work/labels")
     clock.now = old
     question = manager.append_message({"role": "user", "content": "question", "timestamp": int(old)})
-    manager.append_message({"role": "assistant", "content": [{"type": "text", "text": "answer"}],
-                            "provider": "p", "model": "m", "api": "x", "stopReason": "stop", "timestamp": int(old)})
+    manager.append_message(_answer("answer", old))
     manager.append_label_change(question, "important")  # on the path that stays current
     side = manager.append_message({"role": "user", "content": "a side question", "timestamp": int(old)})
     manager.append_label_change(question, None)  # cleared on the branch that will be abandoned
     manager.branch(side)
-    manager.append_message({"role": "assistant", "content": [{"type": "text", "text": "new leaf"}],
-                            "provider": "p", "model": "m", "api": "x", "stopReason": "stop", "timestamp": int(old)})
+    manager.append_message(_answer("new leaf", old))
     clock.now = old + 90 * DAY_MS
     sid = manager.get_session_id()
     assert manager.get_label(question) is None

@@ -121,14 +121,14 @@ def test_the_connection_is_read_only(store: SessionStore) -> None:
         run_sql(store.engine, "SELECT * FROM no_such_view")
 
 
-def test_a_column_no_row_can_hold_is_named(store: SessionStore) -> None:
-    """PostgreSQL's pseudo-types (``pg_sleep()`` returns void): the rows are fetched through a
-    function whose column list cannot name them; the refusal names the user's column, not ours."""
-    if store.engine.dialect.name == "sqlite":
-        pytest.skip("SQLite has no pseudo-types: a PostgreSQL case")
-    with pytest.raises(QueryFailed, match=r'^column "pg_sleep" has the pseudo-type void, .* cast it to text'):
-        run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)")
-    assert run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)::text AS slept").rows == [(1, "")]
+def test_a_column_no_row_can_hold_is_named() -> None:
+    """PostgreSQL's pseudo-types (``pg_sleep()`` returns void; SQLite has none): the rows are
+    fetched through a function whose column list cannot name them; the refusal names the user's
+    column, not ours."""
+    with scratch_pg_database("pi_store_pseudo") as url, SessionStore.connect(url) as store:
+        with pytest.raises(QueryFailed, match=r'^column "pg_sleep" has the pseudo-type void, .* cast it to text'):
+            run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)")
+        assert run_sql(store.engine, "SELECT 1 AS a, pg_sleep(0)::text AS slept").rows == [(1, "")]
 
 
 def test_formats() -> None:
