@@ -8,8 +8,10 @@ exactly the rows a fresh import of the pruned file would hold.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -235,6 +237,12 @@ def test_prune_keeps_what_pi_opens_and_what_an_import_would_hold(store: SessionS
     assert (health.verdict, health.bytes_ok) == ("diverged", None) and "not compared" in health.details[0]
     source.unlink()
     assert verify_session(store, "s1").verdict == "diverged"
+    os.mkfifo(source)  # a file replaced by a FIFO: opened as it was, verify waited for a writer
+    verdicts: list[str] = []
+    reading = threading.Thread(target=lambda: verdicts.append(verify_session(store, "s1").verdict), daemon=True)
+    reading.start()
+    reading.join(60)
+    assert verdicts == ["diverged"], "verify waited on the FIFO"
     assert not store.search("quokka") and [hit.entry_id for hit in store.search("marmot")] == ["b7"]
 
     again = store.prune(POLICY, apply=True)

@@ -40,7 +40,7 @@ SORTS = ("modified", "created", "name", "cost")
 _DESCENDING = {"modified": True, "created": True, "name": False, "cost": True}
 _IN_LIST = 500
 _ONE = literal_column("1")  # a literal, not a parameter: the partial index's predicate must be visible
-_MS_RANGE = 2**63  # a BIGINT
+_BIGINT = 2**63  # the range of a BIGINT: -_BIGINT <= n < _BIGINT
 
 
 class BadCursor(StoreError):
@@ -100,7 +100,7 @@ def _decode_cursor(cursor: str, sort: str, reverse: bool) -> tuple[Any, int]:
 
 
 def _whole(value: object) -> bool:
-    return type(value) is int and -_MS_RANGE <= value < _MS_RANGE
+    return type(value) is int and -_BIGINT <= value < _BIGINT
 
 
 _CURSOR_VALUE: dict[str, Callable[[object], bool]] = {  # the sort key's values, as the columns hold them
@@ -115,7 +115,7 @@ def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", re
     """``sessions`` rows in listing order, each with the cursor that continues after it."""
     if sort not in SORTS:
         raise StoreError(f"unknown sort {sort!r}: choose one of {', '.join(SORTS)}")
-    if limit is not None and not (type(limit) is int and 0 <= limit < _MS_RANGE):
+    if limit is not None and not (type(limit) is int and 0 <= limit < _BIGINT):
         raise ValueError(f"limit must be a whole number from 0 to 2**63 - 1 (or None), not {limit!r}")
     for name in ("since_ms", "until_ms"):
         _check_ms(name, getattr(where, name))
@@ -157,7 +157,7 @@ def _check_ms(name: str, value: object) -> None:
     """A time bound of :class:`ListFilter`: None, or milliseconds a BIGINT column compares with."""
     if value is None:
         return
-    if type(value) not in (int, float) or not -_MS_RANGE < value < _MS_RANGE:  # NaN fails the range too
+    if type(value) not in (int, float) or not -_BIGINT < value < _BIGINT:  # NaN fails the range too
         raise ValueError(f"{name} must be milliseconds since the epoch (a number), not {value!r}")
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import stat
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,8 +179,10 @@ def _starts_the_file(session: Row, size: int, sha256: str) -> bool | None:
     file itself while it is still the one imported (its size and hash); None when it is not."""
     whole, start = hashlib.sha256(), hashlib.sha256()
     read = 0
-    try:
-        with open(session.source_path, "rb") as source:
+    try:  # without blocking: the import may have come from a FIFO, which would wait for a writer
+        with os.fdopen(os.open(session.source_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as source:
+            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                return None
             while chunk := source.read(1 << 20):
                 whole.update(chunk)
                 if read < size:
