@@ -27,14 +27,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from store.analysis.extract import KEEP_ONCE_MIN_CHARS
-from store.db.engine import (
-    behind_pooler,
-    driver_connect,
-    driver_error,
-    is_sqlite,
-    read_transaction,
-    write_transaction,
-)
+from store.db.engine import driver_connect, driver_error, is_sqlite, read_transaction, write_transaction
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
 
@@ -257,8 +250,8 @@ def rebuild(engine: Engine) -> int:
     use the old one and writers go on meanwhile (a plain ``REINDEX`` locks both out until it
     ends). A bulk build is also what makes it small: an index grown row by row through the pending
     list is several times larger (BENCHMARKS.md). It waits for the transactions that were
-    writing when it began, however long they take (no lock timeout: a connection of its own). An
-    invalid copy left by a rebuild that was stopped is dropped first."""
+    writing when it began, up to the lock timeout (``PI_STORE_LOCK_TIMEOUT``), as every writer
+    does. An invalid copy left by a rebuild that was stopped (or timed out) is dropped first."""
     if is_sqlite(engine):
         with write_transaction(engine) as conn:
             clear(conn)
@@ -266,8 +259,6 @@ def rebuild(engine: Engine) -> int:
     conn = driver_connect(engine)
     try:
         conn.autocommit = True
-        if not behind_pooler(engine.url):  # (behind one, timeouts are set per transaction: none here)
-            conn.execute("SET lock_timeout = 0")
         for (name,) in conn.execute(_LEFT_BY_A_STOPPED_REBUILD).fetchall():
             conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
         conn.execute("REINDEX INDEX CONCURRENTLY ix_entries_search_vector")

@@ -162,3 +162,33 @@ def test_a_postgresql_rebuild_lets_writers_and_searches_go_on(tmp_path) -> None:
             indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
                                         "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
         assert indexes == [("ix_entries_search_vector", True)]
+
+
+def test_a_postgresql_rebuild_held_past_the_lock_timeout_fails_in_one_line_and_the_next_cleans_up() -> None:
+    """It waits for open write transactions up to PI_STORE_LOCK_TIMEOUT, as writers do (no wait
+    without end), and says so; the invalid copy it leaves is dropped by the next rebuild."""
+    import os
+
+    import psycopg
+
+    with scratch_pg_database("pi_store_rebuild_timeout") as url, SessionStore.connect(url) as store:
+        store.import_file(FILES[0])
+        plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        cli = [sys.executable, "-m", "store.cli", "--db", url, "fts", "rebuild"]
+        with psycopg.connect(plain) as writer:
+            writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")  # an open write transaction
+            done = subprocess.run(cli, capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "PI_STORE_LOCK_TIMEOUT": "1"})
+            writer.rollback()
+        assert done.returncode == 1 and "lock timeout" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        with store.engine.connect() as conn:  # the copy it began, left invalid
+            assert conn.execute(text("SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                                     "WHERE c.relname = 'ix_entries_search_vector_ccnew' "
+                                     "AND NOT i.indisvalid")).scalar() == 1
+        again = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        with store.engine.connect() as conn:
+            indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+                                        "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
+        assert indexes == [("ix_entries_search_vector", True)]
