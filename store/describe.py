@@ -41,8 +41,9 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
             select(entries.c.seq, entries.c.kind, entries.c.line, entries.c.type)
             .where(entries.c.session_pk == session.pk).order_by(entries.c.seq)
         ).all()
-    doc: dict[str, Any] = {"sessionId": session.session_id}
     header = next((js_parse(r.line) for r in rows if r.kind == "header"), None)
+    exact_id = header.get("id") if isinstance(header, dict) else None  # the column holds db_text's form
+    doc: dict[str, Any] = {"sessionId": exact_id if isinstance(exact_id, str) else session.session_id}
     listing = ListingState(header=header, texts=[])
     body = []
     for r in rows:

@@ -21,6 +21,7 @@ from store.db import queries
 from store.db.engine import default_url, make_engine, read_transaction, resolve_url, write_transaction
 from store.db.schema import sessions
 from store.db.stored_text import db_text
+from store.format import js_parse
 from store.format.jsdate import js_iso
 
 if TYPE_CHECKING:  # the rest is imported where it is used: ``pi-store list`` loads none of it
@@ -164,8 +165,10 @@ class SessionStore:
     def find_by_id(self, session_id: str) -> SessionInfo | None:
         with read_transaction(self.engine) as conn:
             row = queries.session_by_id(conn, session_id)
-            usage = session_usage(conn, [row.pk]).get(row.pk) if row is not None else None
-        return _info(row, usage) if row is not None else None
+            if row is None:
+                return None
+            usage = session_usage(conn, [row.pk]).get(row.pk)
+            return _info(row, usage, header=_header_if_escaped(conn, row))
 
     def list(self, cwd: str, **options: Any) -> list[SessionInfo]:
         """Sessions of one working directory, most recently modified first (``options``: see
@@ -193,7 +196,8 @@ class SessionStore:
         with read_transaction(self.engine) as conn:
             rows = list_rows(conn, where, sort=sort, reverse=reverse, limit=limit, cursor=cursor)
             usage = session_usage(conn, [row.pk for row, _ in rows])
-        return [_info(row, usage.get(row.pk), position) for row, position in rows]
+            return [_info(row, usage.get(row.pk), position, header=_header_if_escaped(conn, row))
+                    for row, position in rows]
 
     def search(self, query: str, **options: Any) -> list[SearchHit]:
         """Full-text search over stored history (``store.analysis.search.search``)."""
@@ -327,10 +331,26 @@ def _private_engine() -> Engine:
     return engine
 
 
-def _info(row: Any, usage: Usage | None = None, cursor: str = "") -> SessionInfo:
+_HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parentSession"))
+
+
+def _header_if_escaped(conn: Connection, row: Any) -> dict | None:
+    """The session's header when a header field's column may hold ``db_text``'s escape of a
+    lone surrogate or NUL (a backslash-u in it): the header line has the string as written."""
+    if row.header_seq is None or not any("\\u" in (getattr(row, column) or "") for column, _ in _HEADER_TEXT):
+        return None
+    header = js_parse(queries.lines_at(conn, row.pk, [row.header_seq])[row.header_seq])
+    return header if isinstance(header, dict) else None
+
+
+def _info(row: Any, usage: Usage | None = None, cursor: str = "", header: dict | None = None) -> SessionInfo:
     modified = js_iso(row.modified_ms) if row.modified_ms is not None else None
+    exact = {column: getattr(row, column) for column, _ in _HEADER_TEXT}
+    for column, key in _HEADER_TEXT if header else ():
+        if isinstance(header.get(key), str):
+            exact[column] = header[key]
     return SessionInfo(
-        id=row.session_id, cwd=row.cwd, name=row.name, parent_session=row.parent_session,
+        id=exact["session_id"], cwd=exact["cwd"], name=row.name, parent_session=exact["parent_session"],
         created=js_iso(row.created_ms) if row.created_ms is not None else None, modified=modified,
         message_count=row.message_count, first_message=row.first_message or "(no messages)",
         tokens=usage.tokens if usage else 0, cost=usage.cost if usage else 0.0, cursor=cursor,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from store.errors import SessionNotFound
+from store.format import js_stringify
 from store.session_store import SessionStore
 
 pytestmark = pytest.mark.both_apis
@@ -31,6 +32,23 @@ def test_a_cwd_the_database_cannot_hold_is_found_again(store: SessionStore, cwd:
     assert again.get_session_id() == sm.get_session_id() and again.get_cwd() == cwd
     assert store.open(sm.get_session_id()).get_cwd() == cwd
     assert store.list("/tmp/elsewhere") == []
+
+
+@pytest.mark.parametrize("odd", ["\udc00", "\x00"])
+def test_listing_gives_header_fields_as_written(store: SessionStore, odd: str, tmp_path) -> None:
+    """The columns hold db_text's escape (``\\udc00``); ``list`` and ``find_by_id`` give the id,
+    cwd and parent session as the (imported) header has them, so that ``open(info.id)`` opens it."""
+    lines = [{"type": "session", "version": 3, "id": "s" + odd, "timestamp": "2026-03-01T00:00:00.000Z",
+              "cwd": "/w" + odd, "parentSession": "p" + odd},
+             {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-03-01T00:00:01.000Z",
+              "message": user("x")}]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(js_stringify(line) + "\n" for line in lines), "ascii")
+    store.import_jsonl(path)
+    [info] = store.list("/w" + odd)
+    assert (info.id, info.cwd, info.parent_session) == ("s" + odd, "/w" + odd, "p" + odd)
+    assert store.find_by_id("s" + odd) == info and [i.id for i in store.list_all()] == ["s" + odd]
+    assert store.open(info.id).get_cwd() == "/w" + odd
 
 
 @pytest.mark.parametrize("text", ["\x00", "\ud800", "a\x00b"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, bindparam, text
 
 from store.analysis.stats import Tokens
+from store.db.stored_text import db_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,8 @@ def main_models(conn: Connection, session_ids: list[str]) -> dict[str, str]:
         WHERE s.session_id IN :ids AND e.has_usage = 1 AND e.model <> ''
         GROUP BY s.session_id, e.provider, e.model
         ORDER BY s.session_id, records, e.provider, e.model""").bindparams(bindparam("ids", expanding=True))
+    given = {db_text(session_id): session_id for session_id in session_ids}  # the column holds db_text's form
     out: dict[str, str] = {}
-    for row in conn.execute(stmt, {"ids": session_ids}):
-        out[row.session_id] = f"{row.provider}/{row.model}" if row.provider else row.model
+    for row in conn.execute(stmt, {"ids": list(given)}):
+        out[given[row.session_id]] = f"{row.provider}/{row.model}" if row.provider else row.model
     return out

@@ -10,16 +10,18 @@ allows no script and nothing from another origin.
 
 from __future__ import annotations
 
+import codecs
 import hmac
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, quote_plus, urlencode
+from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -40,6 +42,7 @@ CONTEXT_TAIL = 300  # context messages shown before "show all"
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "base-uri 'none'; frame-ancestors 'none'")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+_LONE_SURROGATES = "pi-store-lone-surrogates"  # the codec error handler registered below
 
 
 class JSJSONResponse(JSONResponse):
@@ -62,6 +65,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope = _with_lone_surrogates(scope)
         request = Request(scope)
         authorised = self.token is None or self._authorised(request)
         if request.method not in ("GET", "HEAD"):
@@ -100,6 +104,35 @@ class Guard:
         return wrapped
 
 
+def _keep_lone_surrogates(exc: UnicodeError) -> tuple[str, int]:
+    """Decoding error handler: a UTF-8-style encoded lone surrogate (what :func:`_quote` writes
+    for an id holding one; legal in Pi's JSON) decodes to that surrogate, other bad bytes to U+FFFD."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    lead, *tail = exc.object[exc.start:exc.start + 3]
+    if lead == 0xED and len(tail) == 2 and 0xA0 <= tail[0] <= 0xBF and 0x80 <= tail[1] <= 0xBF:
+        return chr(0xD000 | (tail[0] & 0x3F) << 6 | tail[1] & 0x3F), exc.start + 3
+    return "\ufffd", exc.start + 1
+
+
+codecs.register_error(_LONE_SURROGATES, _keep_lone_surrogates)
+
+
+def _with_lone_surrogates(scope: dict) -> dict:
+    """``scope`` with its path decoded by :func:`_keep_lone_surrogates` (the server's own
+    decoding turned a lone surrogate into U+FFFD, so no such id could be found)."""
+    raw, root = scope.get("raw_path"), scope.get("root_path", "").encode("latin-1", "replace")
+    if not raw or b"%" not in raw or not raw.startswith(root):
+        return scope
+    return {**scope, "path": unquote(raw[len(root):].decode("latin-1"), errors=_LONE_SURROGATES)}
+
+
+def query(request: Request) -> QueryParams:
+    """The request's query parameters decoded by :func:`_keep_lone_surrogates`."""
+    text = request.scope.get("query_string", b"").decode("latin-1")
+    return QueryParams(parse_qsl(text, keep_blank_values=True, errors=_LONE_SURROGATES))
+
+
 def _bearer(value: str | None) -> str | None:
     if value and value.lower().startswith("bearer "):
         return value[7:].strip()
@@ -135,8 +168,13 @@ def _quote_plus(text: str) -> str:
 def list_url(params: dict[str, str], **more: str | None) -> str:
     """The sessions page's URL with these query parameters (None drops one)."""
     merged = {**params, **more}
-    query = urlencode({k: v for k, v in merged.items() if v is not None})
+    query = "&".join(f"{_quote_plus(k)}={_quote_plus(v)}" for k, v in merged.items() if v is not None)
     return "/" + (f"?{query}" if query else "")
+
+
+def usage_url(session_id: str) -> str:
+    """The usage page of one session."""
+    return f"/usage?session={_quote_plus(session_id)}"
 
 
 def create_app(store: SessionStore, token: str | None = None) -> Guard:
@@ -147,7 +185,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                        entry_body=render.entry_body, snippet=render.snippet, pretty=render.pretty_json,
                        one_line=one_line, summary=content_summary, model_name=charts.model_name,
                        text_block=render.text_block, thousands=render.thousands)
-    env.globals.update(session_url=session_url, list_url=list_url)
+    env.globals.update(session_url=session_url, list_url=list_url, usage_url=usage_url)
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(**context)
@@ -163,19 +201,18 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
             return JSJSONResponse({"error": message}, status)
         return page("error.html", status, message=message)
 
-    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    def guarded(handler: Callable[[Request, QueryParams], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:  # synchronous: Starlette runs it in its thread pool
             # the parsed entries (no reference cycles) are freed by reference counting when the
             # handler returns: with the collector paused until then it never scans them
             try:
                 with gc_paused():
-                    return handler(request)
+                    return handler(request, query(request))
             except (StoreError, DBAPIError) as exc:
                 return failure(request, exc)
         return endpoint
 
-    def sessions_page(request: Request) -> Response:
-        params = request.query_params
+    def sessions_page(request: Request, params: QueryParams) -> Response:
         query = data.ListQuery.from_params(params, data.PAGE_SIZE)
         listing = data.list_sessions(store, query)
         ids = [item["id"] for item in listing["sessions"]]
@@ -184,8 +221,8 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         return page("sessions.html", listing=listing, query=query, models=data.session_models(store, ids),
                     search=search, q=text)
 
-    def usage_page(request: Request) -> Response:
-        session_id = request.query_params.get("session") or None
+    def usage_page(request: Request, params: QueryParams) -> Response:
+        session_id = params.get("session") or None
         info = store.find_by_id(session_id) if session_id else None
         if session_id and info is None:
             raise SessionNotFound(f"no session {session_id!r} in the store")
@@ -194,9 +231,8 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                     tokens_chart=charts.tokens_by_day(usage["byDay"]),
                     cost_chart=charts.cost_by_model(usage["stats"]["models"]))
 
-    def session_page(request: Request) -> Response:
+    def session_page(request: Request, params: QueryParams) -> Response:
         session_id = request.path_params["session_id"]
-        params = request.query_params
         opened = params.getlist("open")
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
         ctx_tail = None if params.get("ctx") == "all" else CONTEXT_TAIL
@@ -206,24 +242,21 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                     skipped=len(doc["pathIds"]) - len(branch),
                     context=context, opened=opened, keep=str(data.KEEP))
 
-    def api_sessions(request: Request) -> Response:
+    def api_sessions(request: Request, params: QueryParams) -> Response:
         """``list --json``'s list; the next page's cursor, if any, in the ``X-Next-Cursor`` header
         (as the CLI prints it on stderr)."""
-        listing = data.list_sessions(store, data.ListQuery.from_params(request.query_params))
+        listing = data.list_sessions(store, data.ListQuery.from_params(params))
         cursor = listing["nextCursor"]
         return JSJSONResponse(listing["sessions"], headers={"X-Next-Cursor": cursor} if cursor else None)
 
-    def api_session(request: Request) -> Response:
-        params = request.query_params
+    def api_session(request: Request, params: QueryParams) -> Response:
         return JSJSONResponse(data.session_doc(store, request.path_params["session_id"], params.get("leaf") or None,
                                                params.getlist("open")))
 
-    def api_context(request: Request) -> Response:
-        return JSJSONResponse(data.context_view(store, request.path_params["session_id"],
-                                                request.query_params.get("leaf") or None))
+    def api_context(request: Request, params: QueryParams) -> Response:
+        return JSJSONResponse(data.context_view(store, request.path_params["session_id"], params.get("leaf") or None))
 
-    def api_search(request: Request) -> Response:
-        params = request.query_params
+    def api_search(request: Request, params: QueryParams) -> Response:
         text = params.get("q", "").strip()
         if not text:
             raise data.BadRequest("q (the search text) is required")
@@ -235,7 +268,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
             raise data.BadRequest(f"limit must be at most {data.MAX_LIMIT}")
         return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, max(limit, 1)))
 
-    def api_usage(request: Request) -> Response:
+    def api_usage(request: Request, params: QueryParams) -> Response:
         return JSJSONResponse(data.usage(store, request.path_params.get("session_id")))
 
     static = StaticFiles(directory=str(resources.files("store.web") / "static"))

@@ -120,8 +120,9 @@ def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
 
 def test_lone_surrogates_in_ids_and_text(tmp_path) -> None:
     """JSON allows lone surrogates (``\\ud800``) in ids and text; the pages still render (they
-    were a 500 when a link to such an id was built) and a link to such an entry is a 404."""
-    session_id = "0190c0de-0000-7000-8000-00000000d800"
+    were a 500 when a link to such an id was built) and the links lead to them (the server's
+    decoding turned the escapes into U+FFFD: a 404)."""
+    session_id = "0190c0de-0000-7000-8000-00000000d800\udc00"
     lines = [{"type": "session", "version": 3, "id": session_id, "timestamp": "2026-03-01T00:00:00.000Z", "cwd": "/w"},
              {"type": "message", "id": "a\ud800", "parentId": None, "timestamp": "2026-03-01T00:00:01.000Z",
               "message": {"role": "user", "content": "hi \udfff", "timestamp": 1}},
@@ -133,14 +134,22 @@ def test_lone_surrogates_in_ids_and_text(tmp_path) -> None:
     subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", str(path)], check=True,
                    capture_output=True, timeout=300)
     process, base = start_server(url)
+    quoted = quote(session_id, safe="", errors="surrogatepass")
     try:
-        for page in (f"/sessions/{session_id}", f"/sessions/{session_id}?leaf=b", f"/api/sessions/{session_id}",
-                     f"/api/sessions/{session_id}/context"):
+        for page in (f"/sessions/{quoted}", f"/sessions/{quoted}?leaf=b", f"/api/sessions/{quoted}",
+                     f"/api/sessions/{quoted}/context"):
             assert httpx.get(base + page, timeout=60).status_code == 200, page
-        html = httpx.get(base + f"/sessions/{session_id}", timeout=60).text
+        listing = httpx.get(base + "/", timeout=60).text
+        assert f'href="/sessions/{quoted}"' in listing
+        html = httpx.get(base + f"/sessions/{quoted}", timeout=60).text
         assert "⟨U+D800⟩" in html and "⟨U+DFFF⟩" in html  # shown, not dropped
         link = re.search(r'href="(/sessions/[^"]*leaf=a[^"]*)"', html).group(1).replace("&amp;", "&")
-        assert httpx.get(base + link, timeout=60).status_code == 404
+        assert httpx.get(base + link, timeout=60).status_code == 200
+        leaf = quote("a\ud800", safe="", errors="surrogatepass")
+        context = httpx.get(base + f"/api/sessions/{quoted}/context?leaf={leaf}", timeout=60)
+        assert context.status_code == 200
+        assert [m["message"]["content"] for m in context.json()["messages"]] == ["hi \udfff"]
+        assert httpx.get(base + f"/sessions/{quoted}?leaf=a%FF", timeout=60).status_code == 404  # bad bytes: no such id
     finally:
         stop(process)
 
