@@ -127,6 +127,13 @@ def _with_lone_surrogates(scope: dict) -> dict:
     return {**scope, "path": unquote(raw[len(root):].decode("latin-1"), errors=_LONE_SURROGATES)}
 
 
+def _route_suffix(request: Request, suffix: str) -> bool:
+    """Whether the path ends in ``suffix`` as written (``/context``), not as ``%2Fcontext``: the
+    last part of an id that the decoded path cannot tell from a route's."""
+    raw = request.scope.get("raw_path")
+    return raw is None or raw.endswith(suffix.encode())
+
+
 def query(request: Request) -> QueryParams:
     """The request's query parameters decoded by :func:`_keep_lone_surrogates`."""
     text = request.scope.get("query_string", b"").decode("latin-1")
@@ -249,11 +256,13 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         cursor = listing["nextCursor"]
         return JSJSONResponse(listing["sessions"], headers={"X-Next-Cursor": cursor} if cursor else None)
 
-    def api_session(request: Request, params: QueryParams) -> Response:
-        return JSJSONResponse(data.session_doc(store, request.path_params["session_id"], params.get("leaf") or None,
-                                               params.getlist("open")))
+    def api_session(request: Request, params: QueryParams, suffix: str = "") -> Response:
+        session_id = request.path_params["session_id"] + suffix  # suffix: see api_context
+        return JSJSONResponse(data.session_doc(store, session_id, params.get("leaf") or None, params.getlist("open")))
 
     def api_context(request: Request, params: QueryParams) -> Response:
+        if not _route_suffix(request, "/context"):  # ".../x%2Fcontext": the id is "x/context"
+            return api_session(request, params, "/context")
         return JSJSONResponse(data.context_view(store, request.path_params["session_id"], params.get("leaf") or None))
 
     def api_search(request: Request, params: QueryParams) -> Response:
@@ -269,6 +278,8 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, max(limit, 1)))
 
     def api_usage(request: Request, params: QueryParams) -> Response:
+        if "session_id" in request.path_params and not _route_suffix(request, "/usage"):
+            return api_session(request, params, "/usage")
         return JSJSONResponse(data.usage(store, request.path_params.get("session_id")))
 
     static = StaticFiles(directory=str(resources.files("store.web") / "static"))
@@ -276,7 +287,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         Route("/", guarded(sessions_page)),
         Route("/usage", guarded(usage_page)),
         # ids may hold "/" (the path converter; %2F arrives decoded) or be empty; an id ending in
-        # "/context" or "/usage" reads as that route of the id before it
+        # "/context" or "/usage" is told from that route of the id before it by the raw path's %2F
         Route("/sessions/{session_id:path}", guarded(session_page)),
         Route("/api/sessions", guarded(api_sessions)),
         Route("/api/usage", guarded(api_usage)),

@@ -95,8 +95,8 @@ def test_token_is_required_on_every_request(tmp_path) -> None:
 
 def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
     """Listed, linked, and once a 404: the routes' ids stopped at the first "/" (which arrives
-    decoded from %2F)."""
-    ids = ["a/b", "", "ü/ß😀"]  # (one ending in "/context" or "/usage" names that route of the id before it)
+    decoded from %2F). An id ending in "/context" was read as the context route of the id before it."""
+    ids = ["a/b", "", "ü/ß😀", "a", "a/context", "a/usage"]  # the last two told from a's routes by %2F
     files = [sessions.write(tmp_path / f"{n}.jsonl", session_id, [sessions._user("u1", None, 1, "hello")])
              for n, session_id in enumerate(ids)]
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -112,8 +112,10 @@ def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
             api = httpx.get(base + "/api/sessions/" + quote(session_id, safe=""), timeout=60)
             assert api.status_code == 200 and api.json()["session"]["id"] == session_id
             for tail in ("/context", "/usage"):
-                assert httpx.get(base + "/api/sessions/" + quote(session_id, safe="") + tail,
-                                 timeout=60).status_code == 200, (session_id, tail)
+                answer = httpx.get(base + "/api/sessions/" + quote(session_id, safe="") + tail, timeout=60)
+                assert answer.status_code == 200 and "session" not in answer.json(), (session_id, tail)
+            context = httpx.get(base + "/api/sessions/" + quote(session_id, safe="") + "/context", timeout=60)
+            assert context.json()["sessionId"] == session_id
     finally:
         stop(process)
 
