@@ -144,6 +144,8 @@ class SessionManager:
             self.cwd = cwd if isinstance(cwd, str) else row.cwd
         self._version: int = row.row_version
         self._last_seq: int | None = row.last_seq
+        # a file's last line without its newline: ended (as Pi ends it on opening) by the first write
+        self._unended_seq: int | None = row.last_seq if queries.ends_unterminated(conn, row) else None
         self._leaf_id: str | None = None
         self._leaf: TreeColumns | None = None
         if row.leaf_seq is not None:
@@ -296,6 +298,8 @@ class SessionManager:
     def _write(self, batch: _Batch) -> bool:
         """Send the batch's unwritten rows and its listing changes (inside its transaction);
         returns whether the batch changed the session (and so its version)."""
+        if batch.rows:
+            self._end_file_line(batch.cursor)
         batch.cursor.insert(batch.unwritten)
         if not batch.rows:
             return False
@@ -358,6 +362,7 @@ class SessionManager:
         batch = _Batch(None, cursor, last_seq=last_seq)
         entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
         moved = self._moved_run(batch)
+        self._end_file_line(cursor)
         if cursor.insert_new(batch.unwritten.pop(), self._changes(batch), None if moved else batch.turns):
             if moved:
                 cursor.refresh_path(self._spk)
@@ -369,6 +374,13 @@ class SessionManager:
         self._write(batch)
         return entry, batch.last_seq
 
+    def _end_file_line(self, cursor: AppendCursor) -> None:
+        """Before the first write after a file whose last line has no newline: give it one, as
+        Pi does when it opens the file, so that the export keeps the new entry on a line of its own
+        (the write lock is held and the version checked: that line is still the last)."""
+        if self._unended_seq is not None:
+            cursor.end_line(self._spk, self._unended_seq)
+
     def _appended(self, entry: dict, last_seq: int) -> dict:
         self._count_write(last_seq)
         return entry
@@ -377,6 +389,7 @@ class SessionManager:
         """Count a write of this manager in the version it knows, with the session's last row."""
         self._version += 1
         self._last_seq = last_seq
+        self._unended_seq = None
 
     def _first_try(self, attempt: _Attempt | None) -> tuple[Iterator[str], str]:
         """Pi's id candidates and the timestamp of a single append: those of the unlocked
@@ -387,9 +400,10 @@ class SessionManager:
         return candidates, self._now()
 
     def _may_write_unlocked(self) -> bool:
-        """PostgreSQL, where this manager knows the session's last row, and not behind a
-        transaction pooler (its timeouts are set per transaction)."""
-        return (self._last_seq is not None and self._engine.dialect.name == "postgresql"
+        """PostgreSQL, where this manager knows the session's last row (and it needs no line end:
+        :meth:`_end_file_line`), and not behind a transaction pooler (its timeouts are set per
+        transaction)."""
+        return (self._last_seq is not None and self._unended_seq is None and self._engine.dialect.name == "postgresql"
                 and not behind_pooler(self._engine.url))
 
     def _append_unlocked(self, build: Callable[[str, str | None, str], dict]) -> _Attempt:

@@ -25,6 +25,7 @@ from store.format.jsdate import storable_ms
 
 _ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
 _HOLDS = "SELECT 1 FROM entries WHERE session_pk = ? AND seq = ? AND entry_id = ? AND line = ?"
+_END_LINE = "UPDATE entries SET eol = '\n' WHERE session_pk = ? AND seq = ? AND eol = ''"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
 _LOCKED = ("SELECT session_id, last_seq, row_version, claim_owner, claim_token, claim_expires_ms "
            "FROM sessions WHERE pk = ?")
@@ -120,6 +121,7 @@ class AppendCursor:
         self._id_taken = dbapi_sql(dialect, _ID_TAKEN)
         self._ids = dbapi_sql(dialect, _IDS)
         self._holds = dbapi_sql(dialect, _HOLDS)
+        self._end_line = dbapi_sql(dialect, _END_LINE)
         self._lock = dbapi_sql(dialect, _LOCK_PG if dialect.name == "postgresql" else _LOCK_SQLITE)
         self._insert = insert_sql(dialect)
         self._advance = dbapi_sql(dialect, _ADVANCE)
@@ -142,6 +144,10 @@ class AppendCursor:
             row = _last_row(self._cursor, self._connection, self._dialect,
                             opening + _LOCK_PG.replace("?", str(int(session_pk))))
         return None if row is None else LockedSession(*row)
+
+    def end_line(self, session_pk: int, seq: int) -> None:
+        """Give row ``seq`` the line end it lacks (the last line of a file that had none)."""
+        self._cursor.execute(self._end_line, (session_pk, seq))
 
     def id_taken(self, session_pk: int, entry_id: str) -> bool:
         self._cursor.execute(self._id_taken, (session_pk, entry_id))

@@ -156,6 +156,8 @@ def _verify(conn: Connection, session: Row) -> Health:
         else:
             health.file_lines = store_rows_from = split
             prefix, file_size = session_sha256(conn, session.pk, below_seq=split)
+            if file_size == session.source_bytes + 1:  # the store's first write ended the file's last line
+                prefix, file_size = session_sha256(conn, session.pk, limit=session.source_bytes)
             file_hash = prefix.hexdigest()
         if split is not None and file_size < session.source_bytes:  # prune dropped lines of the file
             health.bytes_ok = _starts_the_file(session, file_size, file_hash)

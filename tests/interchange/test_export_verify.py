@@ -94,6 +94,35 @@ def test_verify_reports_health_and_finds_damage(store: SessionStore) -> None:
     assert any("line(s) 4" in d for d in damaged.details)
 
 
+@pytest.mark.parametrize("last", ["complete", "cut"])
+@pytest.mark.parametrize("write", ["single", "batch"])
+def test_a_write_after_a_file_without_final_newline_starts_a_line(store: SessionStore, tmp_path: Path,
+                                                                  last: str, write: str) -> None:
+    """Pi ends a file's unterminated last line when it opens the file, then appends; the store's
+    first write did not, so the export glued the new entry onto that line and Pi, reading it back,
+    lost the entry. The file's part still verifies against the file."""
+    lines = (Path(FILES[0]).parent / "small-seed1-0.jsonl").read_bytes().splitlines(keepends=True)
+    body = b"".join(lines[:6]).rstrip(b"\n") if last == "complete" else b"".join(lines[:5]) + lines[5][:40]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(body)
+    session_id = import_file(store, path).session_id
+    sm = store.open(session_id)
+    if write == "single":
+        entry_id = sm.append_message({"role": "user", "content": "from the API", "timestamp": 1})
+    else:
+        with sm.batch():
+            entry_id = sm.append_message({"role": "user", "content": "from the API", "timestamp": 1})
+            sm.append_session_info("named")
+    exported = b"".join(store.iter_export(session_id))
+    assert exported.startswith(body + b"\n") and b"\n{" in exported[len(body):]
+    read_back = [json.loads(line) for line in exported.splitlines()[6:]]  # after the file's six lines
+    assert read_back[0]["id"] == entry_id
+    health = verify_session(store, session_id)
+    assert health.ok and health.verdict == "diverged" and health.bytes_ok is True, health.to_json()
+    sm.append_message({"role": "user", "content": "and again", "timestamp": 2})  # ended once
+    assert b"".join(store.iter_export(session_id)).startswith(exported)
+
+
 def test_cli_verify_exit_status(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 's.db'}"
     path = next(p for p in FILES if p.name == "edge-parent-cycle.jsonl")
