@@ -106,6 +106,7 @@ class ImportReport:
     warning_count: int = 0
     error: str | None = None
     note: str | None = None  # why nothing was stored though nothing failed (not-session, kept-store, diverged)
+    retry: bool = False  # failed for a fault of the database or the file system: trying again may succeed
 
     @property
     def imported(self) -> bool:
@@ -123,6 +124,8 @@ class ImportReport:
             doc["error"] = self.error
         if self.note is not None:
             doc["note"] = self.note
+        if self.retry:
+            doc["retry"] = True
         return doc
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.db.engine import lock_timeout_ms, pool_options, whole_number
 from store.db.faults import error_line
-from store.errors import StoreError
+from store.errors import SessionChanged, SessionClaimed, StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
 from store.interchange.reading import StrictRefusal
 
@@ -107,7 +107,7 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
     is probably writing its last line. ``fork``: a big file may be read by a forked worker."""
     try:
         if settle is not None and _being_written(path, settle):
-            return ImportReport(str(path), None, BUSY, error="the file is being written (no final newline yet)")
+            return ImportReport(str(path), None, BUSY, note=f"{path}: being written (no final newline yet)")
         attempt, started, limit_ms = 1, time.monotonic(), lock_timeout_ms()
         while True:
             try:
@@ -122,9 +122,12 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         return ImportReport(str(path), exc.session_id, CONFLICT, error=str(exc))
     except StrictRefusal as exc:
         return ImportReport(str(path), None, REFUSED, error=str(exc))
-    except (StoreError, OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:
-        # the file's transaction rolled back: report it and go on with the next file
-        return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}")
+    except StoreError as exc:  # the file's transaction rolled back: report it and go on with the next file
+        return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}",
+                            retry=isinstance(exc, (SessionChanged, SessionClaimed)))  # another writer's turn
+    except (OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:  # a fault that may pass
+        return ImportReport(str(path), None, FAILED, error=f"{path}: {type(exc).__name__}: {error_line(exc)}",
+                            retry=True)
     except Exception as exc:  # a bug: still only this file's failure (its transaction rolled back)
         return ImportReport(str(path), None, FAILED,
                             error=f"{path}: unexpected {type(exc).__name__} (please report it): {exc}")
@@ -255,8 +258,12 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
           stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
-    process is interrupted). ``after_round`` runs after each look at the folder."""
+    process is interrupted). A file still being written (``busy``) or whose import failed for a
+    fault that may pass (``report.retry``: the database locked or unreachable, the file
+    unreadable) is looked at again next round; ``on_report`` hears of it when it first happens
+    for the file's size and time. ``after_round`` runs after each look at the folder."""
     seen: dict[str, tuple[int, int]] = {}
+    pending: dict[str, tuple[tuple[int, int], str, str | None]] = {}  # retried: the state and what was reported
     while not stop():
         for path in session_files([folder]):
             try:
@@ -268,8 +275,14 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
                 continue
             report = import_one(store, path, strict=strict, replace=replace, prefer=prefer,
                                 keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS)
-            if report.status != BUSY:  # a busy file is looked at again next round
-                seen[key] = signature
+            if report.status == BUSY or report.retry:
+                told = (signature, report.status, report.error)
+                if pending.get(key) != told:
+                    pending[key] = told
+                    on_report(report)
+                continue
+            pending.pop(key, None)
+            seen[key] = signature
             on_report(report)
         after_round()
         time.sleep(interval)

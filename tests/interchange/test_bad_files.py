@@ -139,6 +139,31 @@ def test_an_unexpected_error_fails_one_file_and_watch_goes_on(store: SessionStor
     assert seen == ["failed", "unchanged"]  # a failed file is not retried until it changes
 
 
+def test_watch_tries_again_after_a_fault_that_may_pass(store: SessionStore, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose import failed for the database or the file system (locked, unreachable,
+    unreadable) was never looked at again until it changed: its lines were missing from the store
+    for as long as Pi left the file alone. Such a failure is reported once and retried each round."""
+    folder = _folder(tmp_path, {"a.jsonl": HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n"})
+    real_fstat = os.fstat
+    faults = [3]  # the file cannot be read for three rounds
+
+    def fstat(fd: int) -> os.stat_result:
+        if faults[0] and os.readlink(f"/proc/self/fd/{fd}").endswith("a.jsonl"):
+            faults[0] -= 1
+            raise PermissionError(13, "Permission denied")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    reports: list = []
+    rounds: list[int] = []
+    watch(store, folder, interval=0, on_report=reports.append, stop=lambda: len(rounds) == 5,
+          after_round=lambda: rounds.append(1))
+    assert [(r.status, r.retry) for r in reports] == [("failed", True), ("imported", False)]
+    assert str(folder / "--w--" / "a.jsonl") in reports[0].error and reports[0].to_json()["retry"] is True
+    assert len(store.list_all()) == 1
+
+
 def test_a_header_version_beyond_32_bits_is_stored(store: SessionStore, tmp_path: Path) -> None:
     """Found by tools/fuzz_import.py (seed 2026, case 1218, PostgreSQL): a header ``version`` of
     9007199254740993 overflowed the ``sessions.version`` INTEGER column and failed the import.
