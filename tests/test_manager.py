@@ -91,6 +91,23 @@ def test_failed_flush_leaves_the_manager_unchanged(store: SessionStore) -> None:
     assert [e["message"]["content"] for e in store.open("fixed-id").get_branch()] == ["one"]
 
 
+def test_an_id_stored_by_another_writer_after_the_look_is_session_exists(store: SessionStore,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL two writers storing one chosen id can both look, find nothing, and insert:
+    the second got the driver's IntegrityError (its SQL and parameters), not SessionExists. The
+    look is made to miss here, as it does when the other writer commits just after it."""
+    from store.db import queries
+
+    first = store.create("/w", session_id="fixed-id")
+    first.append_message(user("one"))
+    twin = store.create("/w", session_id="fixed-id")
+    monkeypatch.setattr(queries, "session_by_id", lambda *args, **kwargs: None)
+    with pytest.raises(SessionExists, match="fixed-id"):
+        twin.append_message(user("two"))
+    monkeypatch.undo()
+    assert [e["message"]["content"] for e in store.open("fixed-id").get_branch()] == ["one"]
+
+
 def test_failed_batch_stores_nothing(store: SessionStore) -> None:
     sm = store.create("/w")
     keep = sm.append_message(user("kept"))

@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_only
 
 from store.analysis import activity_days, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values, text_path
 from store.db.schema import session_ids, sessions
 from store.db.stored_text import db_text
+from store.errors import SessionExists
 from store.format.jsvalue import prop
 from store.tree_columns import TreeColumns
 
@@ -160,8 +162,13 @@ async def _copy_async(driver: Any, rows: list[tuple]) -> None:
 
 
 def insert_session(conn: Connection, **fields: Any) -> int:
-    """A new session row and its ``session_ids`` entry (where the id is unique: a stored id raises
-    the IntegrityError of that table's primary key); returns the session key."""
+    """A new session row and its ``session_ids`` entry; returns the session key. Raises
+    ``SessionExists`` when the id is stored: callers look first, but on PostgreSQL another
+    writer can store the same id between that look and this insert (the table's primary key
+    refuses the second; the transaction is then only good for rolling back)."""
     pk = conn.execute(insert(sessions).values(**fields).returning(sessions.c.pk)).scalar_one()
-    conn.execute(insert(session_ids).values(session_id=fields["session_id"], session_pk=pk))
+    try:
+        conn.execute(insert(session_ids).values(session_id=fields["session_id"], session_pk=pk))
+    except IntegrityError as exc:
+        raise SessionExists(f"session {fields['session_id']} already exists in the store") from exc
     return pk
