@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from store import new_entries, services
-from store.db.engine import default_url, ensure_schema, make_async_engine, resolve_url
+from store.db.engine import close_engine, default_url, ensure_schema, make_async_engine, resolve_url
 from store.manager import SessionManager
 from store.session_store import SessionInfo, SessionStore
 
@@ -72,18 +72,28 @@ class _OnTheLoop:
         return await_only(asyncio.to_thread(summarize, system_prompt, prompt, max_tokens))
 
 
+class _Unstoppable(asyncio.Task):
+    """The task a store call runs in: it cannot be cancelled, so that a sweep cancelling every
+    task (a shutdown handler, ``asyncio.run`` ending) never stops a call before or while it runs
+    — a batch whose ending never ran kept its transaction and the database's write lock."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
 async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` (synchronous store code) with its driver calls awaited.
 
     A cancellation that arrives while the call runs is delivered once the call has finished: a
     call's database work is never cut off in the middle, where a commit may have been sent but
     the manager would not know it (its leaf and version would then disagree with the store, and
-    its next write would fail with ``SessionChanged``)."""
-    call = asyncio.ensure_future(greenlet_spawn(fn, *args, **kwargs))
+    its next write would fail with ``SessionChanged``). The call runs in a task of its own that
+    nothing can cancel (:class:`_Unstoppable`)."""
+    call = _Unstoppable(greenlet_spawn(fn, *args, **kwargs), loop=asyncio.get_running_loop())
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError as exc:
-        if call.done():  # the call itself was cancelled, not the caller
+        if call.done():  # the call itself raised it, not the caller
             raise
         cancelled = exc
     while not call.done():  # the caller was: let the call finish, however often it is cancelled again
@@ -120,7 +130,9 @@ class AsyncSessionStore:
         return self.sync.clock
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        """Close the database connections; the store (and its managers) cannot be used after:
+        calls raise ``StoreClosed``. Calls running now finish first (see :func:`_run`)."""
+        await _run(close_engine, self.engine.sync_engine)
 
     async def __aenter__(self) -> AsyncSessionStore:
         return self

@@ -7,6 +7,10 @@ class StoreError(Exception):
     """Base class of everything the store raises on purpose."""
 
 
+class StoreClosed(StoreError):
+    """The store was closed: it opens no more connections."""
+
+
 class SessionNotFound(StoreError, LookupError):
     """No session with that id is stored."""
 

@@ -18,7 +18,14 @@ from sqlalchemy import Connection, select
 from store import new_entries
 from store.analysis.listing import ListFilter, Usage, list_rows, session_usage
 from store.db import queries
-from store.db.engine import default_url, make_engine, read_transaction, resolve_url, write_transaction
+from store.db.engine import (
+    close_engine,
+    default_url,
+    make_engine,
+    read_transaction,
+    resolve_url,
+    write_transaction,
+)
 from store.db.schema import sessions
 from store.db.stored_text import db_text
 from store.format import js_parse
@@ -92,7 +99,8 @@ class SessionStore:
         return self.ids("session") if self.ids is not None else new_entries.uuid7(ms)
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Close the database connections; the store (and its managers) cannot be used after."""
+        close_engine(self.engine)
 
     def __enter__(self) -> SessionStore:
         return self

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from store.aio import AsyncSessionManager, AsyncSessionStore
-from store.errors import SessionChanged
+from store.errors import SessionChanged, StoreClosed
 from store.retention import RetentionPolicy
 from store.services import CompactionSettings, DeterministicSummarizer, SummaryResponse
 from store.session_store import SessionStore
@@ -330,3 +330,60 @@ async def test_a_batch_cancelled_while_it_waits_for_the_lock_leaves_no_transacti
 async def _enter_a_batch(sm: AsyncSessionManager) -> None:
     async with sm.batch():
         await sm.append_custom_entry("ext.never", None)
+
+
+async def test_a_sweep_cancelling_every_task_does_not_stop_a_store_call(astore: AsyncSessionStore,
+                                                                       db_url: str) -> None:
+    """Shutdown handlers cancel every task of the loop, and a store call ran in a task of its
+    own: cancelled before it started, a batch's ending never ran and its transaction — with the
+    database's write lock on SQLite — stayed open; cancelled midway, a commit could land that the
+    manager did not know of. The call's task cannot be cancelled: the batch ends (committed, as
+    its block had finished) and the caller gets the cancellation."""
+    sm = await astore.create("/work/p")
+    await sm.append_message(user("start"))
+    block_done = asyncio.Event()
+
+    async def batcher() -> None:
+        async with sm.batch():
+            await sm.append_custom_entry("ext.batched", None)
+            await block_done.wait()
+
+    harness = asyncio.all_tasks()  # the test runner's: not swept here
+    task = asyncio.create_task(batcher())
+    await asyncio.sleep(0.1)
+    block_done.set()
+    await asyncio.sleep(0)  # the batcher now awaits the call that ends its block
+    swept = asyncio.all_tasks() - harness
+    assert len(swept) == 2  # the batcher and its call's task
+    for other in swept:
+        other.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with SessionStore.connect(db_url) as other_store:
+        async with asyncio.timeout(10):  # no lock left behind: no waiting for the 30 s lock timeout
+            written = await asyncio.to_thread(other_store.open(sm.session_id).append_custom_entry, "ext.after", None)
+    entries = await (await astore.open(sm.session_id)).get_entries()
+    assert [e.get("customType") for e in entries[-2:]] == ["ext.batched", "ext.after"] and entries[-1]["id"] == written
+    await sm.refresh()
+    await sm.append_message(user("the manager is usable"))
+
+
+async def test_a_closed_store_refuses_calls_and_keeps_no_connection(db_url: str, clock: Clock) -> None:
+    """close() disposed the pool, and the next call made a new one: a closed store went on
+    writing and its connections stayed open. Calls after close() raise StoreClosed, the sync
+    API's as the async one's."""
+    store = await AsyncSessionStore.connect(db_url, clock=clock)
+    sm = await store.create("/work/p")
+    await sm.append_message(user("one"))
+    await store.close()
+    with pytest.raises(StoreClosed):
+        await sm.append_message(user("two"))
+    with pytest.raises(StoreClosed):
+        await store.list_all()
+    sync_store = SessionStore.connect(db_url, clock=clock)
+    sync_manager = sync_store.open(sm.session_id)
+    sync_store.close()
+    with pytest.raises(StoreClosed):
+        sync_manager.append_message(user("three"))
+    with SessionStore.connect(db_url) as again:
+        assert [e["message"]["content"] for e in again.open(sm.session_id).get_entries()] == ["one"]

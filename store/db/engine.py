@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError, InvalidatePoolError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from store.db.faults import fault_reason, masked_url, with_summary
-from store.errors import StoreError
+from store.errors import StoreClosed, StoreError
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -281,6 +281,18 @@ def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly |
         _configure_postgres(_sync(engine), parsed, lock_ms)
     _summarise_faults(_sync(engine))
     return engine
+
+
+def close_engine(engine: Engine) -> None:
+    """Close the pool's connections and open no more: a later call raises ``StoreClosed``
+    (``Engine.dispose`` alone makes a new pool, so a closed store went on writing). Connections
+    checked out now finish what they are doing and are closed when they are given back."""
+    engine.dispose()
+    engine.pool = NullPool(_refuse_to_connect, dialect=engine.pool._dialect)
+
+
+def _refuse_to_connect() -> Any:
+    raise StoreClosed("the store is closed")
 
 
 def _sync(engine: Engine | AsyncEngine) -> Engine:
