@@ -47,6 +47,10 @@ class ImportFailed(StoreError):
     """A file could not be imported; nothing of it was stored. The message names file and line."""
 
 
+class FileChanged(ImportFailed):
+    """The file was rewritten or truncated while it was being imported; nothing of it was stored."""
+
+
 class SessionChanged(StoreError):
     """Another writer changed the session since this manager last read or wrote it; nothing was
     written. ``refresh()`` the manager (its leaf follows the stored session) and decide again."""

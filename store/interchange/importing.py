@@ -51,7 +51,7 @@ from store.db import queries
 from store.db.engine import is_sqlite, write_transaction
 from store.db.schema import activity_days, entries, imports, sessions
 from store.db.stored_text import db_text
-from store.errors import ImportFailed, SessionExists
+from store.errors import FileChanged, ImportFailed, SessionExists
 from store.format.lines import RawLine
 from store.gc_pause import gc_paused
 from store.interchange.exporting import session_sha256
@@ -208,6 +208,7 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
                       derive_tree=append or (head.header is not None and (plan is None or plan.error is None)))
             read = _store_rows(conn, job, decided.hasher if append else None, progress,
                                parallel and not append and size - decided.start >= WORKER_MIN_BYTES)
+            _check_unchanged(stream, path, info, read.sha256)
             origin = {"source_path": source, "source_sha256": read.sha256, "source_bytes": size,
                       "source_mtime_ms": int(info.st_mtime * 1000)}
             if append:
@@ -222,6 +223,19 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             report.revision = _record(conn, source, spk, size, read.sha256, info.st_mtime)
     report.warnings, report.warning_count = read.warnings.rendered(), read.warnings.count
     return report
+
+
+def _check_unchanged(stream: BinaryIO, path: Path, info: os.stat_result, sha256: str) -> None:
+    """Raise ``FileChanged`` when the first ``info.st_size`` bytes of the file are no longer those
+    that were read (hashed to ``sha256``): it was truncated or rewritten while it was read, and
+    what was read may be parts of two files. Looked at again only when the file's size or time
+    moved: bytes Pi appends meanwhile are left for the next import."""
+    now = os.fstat(stream.fileno())
+    if (now.st_size, now.st_mtime_ns) == (info.st_size, info.st_mtime_ns):
+        return
+    if now.st_size < info.st_size or sha256_of(stream, info.st_size).hexdigest() != sha256:
+        raise FileChanged(f"{path}: the file was rewritten or truncated while it was read; nothing of it was "
+                          "stored (import it again)")
 
 
 def _store_rows(conn: Connection, job: Job, hasher: Any, progress: Progress | None, in_worker: bool) -> FileRows:

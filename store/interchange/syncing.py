@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.db.engine import lock_timeout_ms, pool_options, whole_number
 from store.db.faults import error_line
-from store.errors import SessionChanged, SessionClaimed, SessionExists, StoreError
+from store.errors import FileChanged, SessionChanged, SessionClaimed, SessionExists, StoreError
 from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
 from store.interchange.reading import StrictRefusal
 
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 # lock timeout (PI_STORE_LOCK_TIMEOUT) has not run out since the first try: a quick "locked"
 # (before the busy timeout ended) is retried, a lock held past the timeout is the file's failure
 LOCK_RETRIES = 20
-_ANOTHER_WRITERS_TURN = (SessionChanged, SessionClaimed, SessionExists)  # an import failed by these may pass later
+# an import failed by these may pass later: another writer's turn, a file rewritten while it was read
+_MAY_PASS = (SessionChanged, SessionClaimed, SessionExists, FileChanged)
 SETTLE_SECONDS = 2.0  # a file ending in an unfinished line this recently is probably being written
 
 
@@ -125,7 +126,7 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         return ImportReport(str(path), None, REFUSED, error=str(exc))
     except StoreError as exc:  # the file's transaction rolled back: report it and go on with the next file
         return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}",
-                            retry=isinstance(exc, _ANOTHER_WRITERS_TURN))
+                            retry=isinstance(exc, _MAY_PASS))
     except (OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:  # a fault that may pass
         return ImportReport(str(path), None, FAILED, error=f"{path}: {type(exc).__name__}: {error_line(exc)}",
                             retry=True)

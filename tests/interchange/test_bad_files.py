@@ -14,7 +14,7 @@ import pytest
 
 from store.interchange.syncing import import_paths, watch
 from store.session_store import SessionStore
-from tests.interchange.test_oddities import HEADER, entry
+from tests.interchange.test_oddities import HEADER, SID, entry
 from tests.oracle_support import load_fixture_cases
 
 ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x02\x00\x3e\x00\x01\x00\x00\x00\n\x00\x10\xff\xfe"
@@ -107,7 +107,7 @@ def test_a_lone_surrogate_session_id_is_stored_and_the_run_goes_on(store: Sessio
     data = SURROGATE_HEADER + b"\n" + entry("aaaaaaaa", None) + b"\n"
     folder = _folder(tmp_path, {"a.jsonl": data, "b.jsonl": HEADER + b"\n" + entry("bbbbbbbb", None) + b"\n"})
     assert [(r.status, r.session_id) for r in store.import_path(folder)] == [
-        ("imported", "s-\\ud800"), ("imported", "019a0000-0000-7000-8000-00000000000a")]
+        ("imported", "s-\\ud800"), ("imported", SID)]
     assert store.open("s-\ud800").get_leaf_id() == "aaaaaaaa"
     assert b"".join(store.iter_export("s-\ud800")) == data
     assert [r.status for r in store.import_path(folder)] == ["unchanged"] * 2
@@ -187,3 +187,40 @@ def test_a_fifo_named_directly_fails_at_once(store: SessionStore, tmp_path: Path
     with pytest.raises(ImportFailed, match="not a regular file"):
         store.import_file(fifo)
     assert store.list_all() == []
+
+
+# (a new file rewritten before its rows are read is read as the new file: a consistent snapshot)
+@pytest.mark.parametrize(("stored", "change"), [("new", "truncated"), ("grown", "truncated"), ("grown", "rewritten")])
+def test_a_file_changed_while_it_is_read_stores_nothing(store: SessionStore, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, change: str,
+                                                        stored: str) -> None:
+    """A file truncated or rewritten in place while it was imported was stored short (with the
+    size read before: verify then called it damaged, the next sync a conflict) or as a mix of
+    two files (an append reading the new part of another file; verify said identical). Such an
+    import now stores nothing and says so; a watch tries it again (``retry``)."""
+    from store.interchange import importing
+
+    lines = [HEADER, *(entry(f"{n:08x}", f"{n - 1:08x}" if n else None) for n in range(40))]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines[:10]) + b"\n")
+    if stored == "grown":
+        assert store.import_file(path).status == "imported"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+    before = b"".join(store.iter_export(SID)) if stored == "grown" else None
+    other = b"\n".join([HEADER, *(entry(f"{n:08x}", None) for n in range(100, 140))]) + b"\n"
+    real_decide = importing._decide
+
+    def decide_then_change(*args, **kwargs):  # the file changes after its size was taken
+        plan = real_decide(*args, **kwargs)
+        with path.open("r+b") as out:
+            out.truncate(len(lines[0]) + 1) if change == "truncated" else out.write(other)
+        return plan
+
+    monkeypatch.setattr(importing, "_decide", decide_then_change)
+    [report] = import_paths(store, [path])
+    assert report.status == "failed" and report.retry and "rewritten or truncated while it was read" in report.error
+    monkeypatch.undo()
+    if stored == "new":
+        assert store.list_all() == []
+    else:
+        assert b"".join(store.iter_export(SID)) == before
