@@ -48,6 +48,33 @@ def test_output_that_cannot_be_written_fails_the_command(tmp_path: Path, to: str
     assert Path("/dev/full").is_char_device()
 
 
+def test_export_never_writes_over_the_store_itself(tmp_path: Path) -> None:
+    """``export ID -o s.db`` with s.db the store renamed the export over the database: every
+    session gone, exit 0. The store's file (through a link too) and its -wal/-shm are refused;
+    ``-o -`` is standard output, not a file named "-"."""
+    pi_store, session = _stored(tmp_path)
+    (tmp_path / "link.db").symlink_to(tmp_path / "s.db")
+    for target in ("s.db", "link.db", "s.db-wal", "s.db-shm"):
+        done = subprocess.run([*pi_store, "export", session, "-o", str(tmp_path / target)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1 and "the store's own database file" in done.stderr, (target, done.stderr)
+    dash = subprocess.run([*pi_store, "export", session, "-o", "-"], capture_output=True, timeout=120, cwd=tmp_path)
+    assert dash.stdout == SMALL.read_bytes() and not (tmp_path / "-").exists()
+    listed = subprocess.run([*pi_store, "list", "--limit", str(2**63 - 1)], capture_output=True, text=True,
+                            timeout=120)  # the largest limit the option takes
+    assert listed.returncode == 0 and listed.stdout.startswith(session), listed.stderr
+
+
+@pytest.mark.parametrize("name", ["my%41.db", "a?b.db", "per%20cent.db"])
+def test_a_file_path_is_not_read_as_a_url(tmp_path: Path, name: str) -> None:
+    """``--db my%41.db`` opened myA.db (the path went into a URL unescaped) and ``a?b.db`` was
+    refused as a URL with options."""
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", name, "import", str(SMALL)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == [name]
+
+
 def test_export_to_a_pipe_writes_through_it(tmp_path: Path) -> None:
     """``-o`` naming a FIFO (or a device, /dev/stdout): written in place, not replaced by a file
     renamed over it (the atomic write of regular files; as root it replaced /dev/full itself)."""

@@ -233,7 +233,8 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
 
 @main.command("export")
 @click.argument("session", required=False)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File (default: stdout).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+              help="File (default, or -: stdout).")
 @click.option("--all", "all_dir", type=click.Path(file_okay=False),
               help="Write every session into this folder, in Pi's layout (--<cwd>--/<time>_<id>.jsonl).")
 @click.option("--as-migrated", is_flag=True, help="Write the v3 form Pi would have rewritten on open.")
@@ -252,6 +253,7 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
     if output == "" or all_dir == "":  # not standard output or the current folder by accident
         raise click.BadParameter("empty: name a file (or leave -o out for standard output)" if output == "" else
                                  "empty: name a folder", param_hint="-o" if output == "" else "--all")
+    output = None if output == "-" else output
     try:
         if all_dir is not None:
             _export_all(all_dir, as_migrated, as_json)

@@ -33,7 +33,7 @@ def list_command(cwd: str | None, sort: str, reverse: bool, limit: int | None, c
     """
     options = {"sort": sort, "reverse": reverse, "cursor": cursor, "name": name, "model": model,
                "since_ms": _date_ms(since, "--since"), "until_ms": _date_ms(until, "--until"),
-               "limit": None if limit is None else limit + 1}
+               "limit": None if limit is None else min(limit + 1, 2**63 - 1)}  # one more: is there a next page?
     store = current_store()
     infos = store.list(cwd, **options) if cwd else store.list_all(**options)
     next_cursor = None

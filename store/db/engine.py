@@ -217,7 +217,8 @@ def resolve_url(database: str) -> str:
     file path (``x.db`` relative to the current directory, ``~`` expanded), as ``sqlite:////abs/x.db``."""
     if _URL_SCHEME.match(database):
         return database
-    return f"sqlite:///{Path(database).expanduser().absolute()}"
+    path = str(Path(database).expanduser().absolute())
+    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")  # a URL decodes %XX; ? starts its options
 
 
 def default_url() -> str:

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from store.db import queries
-from store.db.engine import is_sqlite, read_transaction
+from store.db.engine import is_sqlite, read_transaction, sqlite_path
 from store.db.schema import sessions
 from store.errors import StoreError
 
@@ -109,7 +109,20 @@ def iter_export(store: SessionStore, session_id: str, as_migrated: bool = False)
 
 def export_jsonl(store: SessionStore, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
     """Write :func:`iter_export` to ``path`` (:func:`write_atomically`); returns the bytes written."""
+    refuse_store_files(store, path)
     return write_atomically(path, iter_export(store, session_id, as_migrated))
+
+
+def refuse_store_files(store: SessionStore, path: str | os.PathLike) -> None:
+    """Raise ``StoreError`` when ``path`` is the store's own SQLite file (or its ``-wal``,
+    ``-shm`` or ``-journal``): renaming an export over it replaced the whole database."""
+    database = sqlite_path(store.engine.url)
+    if database is None:
+        return
+    target = os.path.realpath(path)
+    own = os.path.realpath(database)
+    if target in {own, *(own + suffix for suffix in ("-wal", "-shm", "-journal"))}:
+        raise StoreError(f"{path} is the store's own database file: export to another file")
 
 
 def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
@@ -330,6 +343,7 @@ def export_all(store: SessionStore, directory: str | os.PathLike, as_migrated: b
         path = root / target.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            refuse_store_files(store, path)
             with read_transaction(store.engine) as conn:
                 written = write_atomically(path, session_bytes(conn, pk, as_migrated and migrated_from is not None))
             exported = ExportedFile(session_id, path, written, target.notes)
