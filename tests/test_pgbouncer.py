@@ -231,3 +231,32 @@ def test_processes_sync_and_read_at_once(bouncer: Bouncer, tmp_path: Path) -> No
         assert {r.status for r in store.import_path(tmp_path / "sessions")} == {"unchanged"}
     verify = finished(pi_store(bouncer.url, "verify", "--all"))
     assert verify.count("identical") >= len(SESSIONS)
+
+
+def test_fts_rebuild_waits_no_longer_than_the_lock_timeout(bouncer: Bouncer) -> None:
+    """Behind the pooler the rebuild's connection carries no lock_timeout (and REINDEX
+    CONCURRENTLY cannot run in a transaction, where SET LOCAL would hold it): with a write
+    transaction left open it waited without end. A watcher cancels it after the lock timeout —
+    the REINDEX and the DROP of the copy a stopped rebuild leaves — and it says so in one line."""
+    import os
+
+    import psycopg
+
+    with SessionStore.connect(bouncer.url) as store:
+        store.import_file(WALK_FILE)
+    plain = make_url(bouncer.direct).set(drivername="postgresql").render_as_string(hide_password=False)
+    rebuild = [sys.executable, "-m", "store.cli", "--db", bouncer.url, "fts", "rebuild"]
+    with psycopg.connect(plain) as writer:
+        writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")  # an open write transaction
+        for _ in range(2):  # the second drops the first's invalid copy first: that waits too
+            started = time.monotonic()
+            done = subprocess.run(rebuild, capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "PI_STORE_LOCK_TIMEOUT": "1"})
+            assert done.returncode == 1 and done.stderr.startswith("Error: database is locked"), done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1 and time.monotonic() - started < 30
+        writer.rollback()
+    verify = pi_store(bouncer.url, "verify", "--all")
+    out, _ = verify.communicate(timeout=120)
+    assert verify.returncode == 1 and "left by a stopped `pi-store fts rebuild`" in out, out
+    finished(pi_store(bouncer.url, "fts", "rebuild"))
+    assert "database: ok" in finished(pi_store(bouncer.url, "verify", "--all"))

@@ -18,16 +18,29 @@ with the same meaning.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import secrets
+import threading
+import time
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from store.analysis.extract import KEEP_ONCE_MIN_CHARS
-from store.db.engine import driver_connect, driver_error, is_sqlite, read_transaction, write_transaction
+from store.db.engine import (
+    behind_pooler,
+    driver_connect,
+    driver_error,
+    is_sqlite,
+    lock_timeout_ms,
+    read_transaction,
+    write_transaction,
+)
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
 
@@ -260,13 +273,54 @@ def rebuild(engine: Engine) -> int:
     try:
         conn.autocommit = True
         for (name,) in conn.execute(_LEFT_BY_A_STOPPED_REBUILD).fetchall():
-            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        conn.execute("REINDEX INDEX CONCURRENTLY ix_entries_search_vector")
+            _within_lock_timeout(engine, conn, f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        _within_lock_timeout(engine, conn, "REINDEX INDEX CONCURRENTLY ix_entries_search_vector")
         return conn.execute("SELECT count(*) FROM entries WHERE search_text <> ''").fetchone()[0]
     except engine.dialect.loaded_dbapi.Error as exc:
         raise driver_error(engine, exc) from exc
     finally:
         conn.close()
+
+
+def _within_lock_timeout(engine: Engine, conn: Any, sql: str) -> None:
+    """A ``CONCURRENTLY`` statement on the driver connection ``conn``, waiting for other
+    transactions no longer than the lock timeout. Directly connected, the connection's
+    ``lock_timeout`` does that. Behind a transaction pooler the connection carries no settings and
+    the statement cannot run in a transaction (where ``SET LOCAL`` would hold): a watcher on
+    another connection cancels it once it has waited for a lock that long (found by its text)."""
+    limit_ms = lock_timeout_ms()
+    if not behind_pooler(engine.url) or limit_ms == 0:
+        conn.execute(sql)
+        return
+    statement = f"{sql} /* pi-store fts rebuild {secrets.token_hex(8)} */"
+    done, cancelled = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        waiting_since = None
+        failed = engine.dialect.loaded_dbapi.Error  # the watcher's own failure only loses the timeout
+        with contextlib.suppress(failed), contextlib.closing(driver_connect(engine)) as watcher:
+            watcher.autocommit = True
+            while not done.wait(0.1):
+                row = watcher.execute("SELECT pid, wait_event_type FROM pg_stat_activity WHERE query = %s",
+                                      (statement,)).fetchone()
+                waiting_since = (waiting_since or time.monotonic()) if row is not None and row[1] == "Lock" else None
+                if waiting_since is not None and (time.monotonic() - waiting_since) * 1000 >= limit_ms:
+                    cancelled.set()
+                    watcher.execute("SELECT pg_cancel_backend(%s)", (row[0],))
+                    return
+
+    watcher = threading.Thread(target=watch, name="fts-rebuild-lock-timeout", daemon=True)
+    watcher.start()
+    try:
+        conn.execute(statement)
+    except engine.dialect.loaded_dbapi.Error as exc:
+        if cancelled.is_set():
+            raise StoreError(f"database is locked: fts rebuild waited {limit_ms / 1000:g} s (PI_STORE_LOCK_TIMEOUT) "
+                             "for transactions open on the entries; nothing was changed: run it again") from exc
+        raise
+    finally:
+        done.set()
+        watcher.join()
 
 
 _LEFT_BY_A_STOPPED_REBUILD = r"""

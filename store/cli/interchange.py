@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from store.analysis import fts
 from store.cli.app import current_store, emit, finite, main
 from store.cli.output import plural
-from store.db.faults import error_line
+from store.db.faults import error_line, waits_too_long
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
 from store.interchange.importing import PREFER, ImportReport
@@ -317,6 +317,8 @@ def verify_command(session: str | None, everything: bool, full: bool, as_json: b
         try:
             ids = session_ids(store)
         except SQLAlchemyError as exc:
+            if waits_too_long(exc):  # locked or timed out: this command's error, not the database's damage
+                raise
             ids = []
             database.problems.append(f"the list of sessions cannot be read: {error_line(exc)}")
         if as_json:

@@ -72,6 +72,15 @@ def sqlite_fault(error: BaseException) -> str | None:
     return _sqlite_kind(driver) if isinstance(driver, sqlite3.Error) else None
 
 
+def waits_too_long(error: BaseException) -> bool:
+    """Whether ``error`` ended a wait — for a lock another writer holds, or past the statement
+    timeout — rather than reporting anything about the data."""
+    driver = _driver_error(error)
+    if isinstance(driver, sqlite3.Error):
+        return _sqlite_kind(driver) == "locked"
+    return getattr(driver, "sqlstate", None) in ("55P03", "57014")  # lock_not_available, query_canceled
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 

@@ -15,6 +15,7 @@ from sqlalchemy import make_url, text
 from store.analysis import fts
 from store.analysis.backfill import recompute_analysis
 from store.db.engine import alembic_config, is_sqlite, make_engine, read_transaction, write_transaction
+from store.interchange.verifying import check_database
 from store.session_store import SessionStore
 from tests.conftest import scratch_pg_database
 from tests.oracle_support import FIXTURES
@@ -192,3 +193,36 @@ def test_a_postgresql_rebuild_held_past_the_lock_timeout_fails_in_one_line_and_t
             indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
                                         "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
         assert indexes == [("ix_entries_search_vector", True)]
+
+
+def test_verify_tells_a_rebuild_in_progress_from_one_that_stopped() -> None:
+    """``verify --all`` called the copy ``REINDEX CONCURRENTLY`` builds (invalid until it is done)
+    damage, and said to REINDEX it, while the rebuild was only waiting for a writer; the copy a
+    stopped rebuild leaves is reported with the command that drops it."""
+    import os
+
+    import psycopg
+
+    with scratch_pg_database("pi_store_rebuild_verify") as url, SessionStore.connect(url) as store:
+        store.import_file(FILES[0])
+        plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        rebuild = [sys.executable, "-m", "store.cli", "--db", url, "fts", "rebuild"]
+        with psycopg.connect(plain) as writer, psycopg.connect(plain, autocommit=True) as watcher:
+            writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")  # an open write transaction
+            rebuilding = subprocess.Popen(rebuild, stderr=subprocess.PIPE, text=True,
+                                          env={**os.environ, "PI_STORE_LOCK_TIMEOUT": "20"})
+            deadline = time.monotonic() + 15
+            while not watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                      "AND query LIKE 'REINDEX%'").fetchone()[0]:
+                assert time.monotonic() < deadline, "the rebuild never waited"
+                time.sleep(0.05)
+            building = check_database(store)
+            assert building.ok and "being rebuilt" in building.checks[0], building.describe()
+            watcher.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'REINDEX%'")
+            assert rebuilding.wait(60) == 1  # stopped: its copy stays, invalid
+            writer.rollback()
+        stopped = check_database(store)
+        assert stopped.problems == ["invalid index(es) ix_entries_search_vector_ccnew left by a stopped "
+                                    "`pi-store fts rebuild`: run it again (it drops them)"]
+        assert subprocess.run(rebuild, capture_output=True, timeout=120).returncode == 0
+        assert check_database(store).ok

@@ -233,3 +233,25 @@ def test_streaming_migration_equals_migrate_entries(case) -> None:
     parsed = [v for v, r in zip(originals, rows, strict=True) if r.kind != "skipped"]
     migrate_entries(parsed, migration_ids(head.header["id"]))
     assert [r.value for r in rows if r.kind != "skipped"] == parsed
+
+
+def test_verify_of_a_locked_store_is_an_error_not_damage(tmp_path: Path) -> None:
+    """A store another process holds locked past the lock timeout was "damaged" (the full-text
+    check's write could not start), with advice to rebuild the index: it is the command's error."""
+    import os
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with SessionStore.connect(str(db)) as store:
+        import_file(store, FILES[0])
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        done = subprocess.run([sys.executable, "-m", "store.cli", "--db", str(db), "verify", "--all"],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PI_STORE_LOCK_TIMEOUT": "1"})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 1 and done.stderr.startswith("Error: database is locked"), done.stderr
+    assert "damaged" not in done.stdout
