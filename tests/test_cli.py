@@ -65,6 +65,15 @@ def test_export_never_writes_over_the_store_itself(tmp_path: Path) -> None:
     assert listed.returncode == 0 and listed.stdout.startswith(session), listed.stderr
 
 
+@pytest.mark.parametrize("args", [["prune", "--older-than", "30d"], ["delete", "x", "--dry-run"],
+                                  ["compact", "x", "--dry-run", "--summarizer", "deterministic"]])
+def test_a_dry_run_creates_no_database(tmp_path: Path, args: list[str]) -> None:
+    """A dry run only reads: on a mistyped path it made an empty store (and prune exited 0)."""
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", str(tmp_path / "typo.db"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "no database at" in done.stderr and not list(tmp_path.iterdir()), done.stderr
+
+
 @pytest.mark.parametrize("name", ["my%41.db", "a?b.db", "per%20cent.db"])
 def test_a_file_path_is_not_read_as_a_url(tmp_path: Path, name: str) -> None:
     """``--db my%41.db`` opened myA.db (the path went into a URL unescaped) and ``a?b.db`` was

@@ -162,6 +162,11 @@ def test_read_only_folder(tmpfs: Path) -> None:
     assert done.returncode == 0 and len(warnings) == 1
     assert done.stderr.startswith(STALE) and "readonly" in done.stderr
     assert pi_store(url, "export", sid).stdout_bytes == SESSION.read_bytes()
+    counted = pi_store(url, "sql", "SELECT count(*) AS n FROM sessions", "--json")  # mode=ro cannot make -shm
+    assert (counted.returncode, counted.stdout) == (0, '[{"n":1}]\n'), counted.stderr
+    for args in (["delete", sid, "--dry-run"], ["prune", "--older-than", "0d"],  # dry runs only read
+                 ["compact", sid, "--dry-run", "--summarizer", "deterministic"]):
+        assert pi_store(url, *args).returncode == 0, args
     claims = pi_store(url, "claims")  # listing claims only reads
     assert (claims.returncode, claims.stdout) == (0, "no session is claimed\n"), claims.stderr
     verified = pi_store(url, "verify", "--all")  # FTS5's integrity-check is a write: not run, not "damaged"

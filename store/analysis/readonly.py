@@ -30,17 +30,18 @@ import itertools
 import os
 import sqlite3
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, TextIO
 
 from sqlalchemy import Engine
 
 from store.analysis import fts
-from store.db.engine import driver_connect, is_sqlite
+from store.db.engine import ReadOnly, driver_connect, is_sqlite, sqlite_read_only_uri, wal_holds_commits
+from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
 from store.format import js_stringify
 
@@ -164,14 +165,25 @@ def _sqlite_rows(engine: Engine, sql: str, deadline: float | None,
             cursor = conn.execute(sql)
             yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
         return
-    uri = "file:" + urllib.parse.quote(os.path.abspath(database)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=5.0)
-    try:
-        _guard(conn, deadline)
-        cursor = conn.execute(sql)
-        yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
-    finally:
-        conn.close()
+    path = Path(os.path.abspath(database))
+    # mode=ro needs the -shm file: in a read-only folder (or on a full disk) the file is opened
+    # immutable instead, as the CLI opens such a store, when no -wal file holds commits
+    modes: tuple[ReadOnly, ...] = ("ro",) if wal_holds_commits(path) else ("ro", "immutable")
+    for mode in modes:
+        conn = sqlite3.connect(sqlite_read_only_uri(path, mode), uri=True, isolation_level=None,
+                               check_same_thread=False, timeout=5.0)
+        try:
+            _guard(conn, deadline)
+            try:
+                cursor = conn.execute(sql)
+            except sqlite3.Error as exc:
+                if mode != modes[-1] and sqlite_fault(exc) in CANNOT_WRITE:
+                    continue
+                raise
+            yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
+            return
+        finally:
+            conn.close()
 
 
 @contextmanager

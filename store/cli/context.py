@@ -39,7 +39,7 @@ def compact_command(session: str, keep_recent: int, reserve: int, dry_run: bool,
     """Summarise the older part of a session's context into a compaction entry."""
     settings = services.CompactionSettings(reserve_tokens=reserve, keep_recent_tokens=keep_recent)
     try:
-        manager = current_store().open(session)
+        manager = current_store(reading=dry_run).open(session)
         path = manager.context_path()
         projection = services.build_session_projection(path)
         preparation = services.prepare_compaction(path, settings, projection)

@@ -24,7 +24,7 @@ def _size(removed: Removed) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: bool, as_json: bool) -> None:
     """Delete whole sessions (their rows, index entries and import records) in one transaction."""
-    report = current_store().delete(list(sessions), dry_run=dry_run, ignore_missing=ignore_missing)
+    report = current_store(reading=dry_run).delete(list(sessions), dry_run=dry_run, ignore_missing=ignore_missing)
     if as_json:
         emit(report.to_json())
         return
@@ -56,7 +56,7 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
         policy = RetentionPolicy(parse_duration(older_than), keep_latest, delete_sessions)
     except BadPolicy as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from exc
-    report = current_store().prune(policy, apply=apply, vacuum=not no_vacuum)
+    report = current_store(reading=not apply).prune(policy, apply=apply, vacuum=not no_vacuum)
     if as_json:
         emit(report.to_json())
         return
