@@ -36,7 +36,8 @@ def _stored(tmp_path: Path) -> tuple[list[str], str]:
 def test_output_that_cannot_be_written_fails_the_command(tmp_path: Path, to: str) -> None:
     """``export > backup.jsonl`` on a full disk must not exit 0 with the backup cut short."""
     pi_store, session = _stored(tmp_path)
-    for args in ([*pi_store, "export", session], [*pi_store, "list"]):
+    for args in ([*pi_store, "export", session], [*pi_store, "list"], [*pi_store, "sql", "SELECT * FROM entries"],
+                 [*pi_store, "--help"], [*pi_store, "--version"]):  # (help and version: printed while parsing)
         if to == "-o" and args[-1] == session:
             done = subprocess.run([*args, "-o", "/dev/full"], capture_output=True, text=True, timeout=120)
         else:

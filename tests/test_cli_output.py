@@ -201,8 +201,10 @@ def test_stats_shapes(imported: str) -> None:
         assert cells == ["" if row[key] is None else str(row[key]) for key in header]
 
 
-def test_a_closed_pipe_ends_quietly(imported: str) -> None:
-    reader = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", imported, "search", "the", "--nl"],
+@pytest.mark.parametrize("args", [["search", "the", "--nl"], ["sql", "SELECT * FROM entries"]])
+def test_a_closed_pipe_ends_quietly(imported: str, args: list[str]) -> None:
+    """(sql reported its reader leaving as the query's failure: "Error: [Errno 32] Broken pipe".)"""
+    reader = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", imported, *args],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reader.stdout.close()  # as `| head -0` would
     assert reader.wait(timeout=120) == 141

@@ -110,12 +110,16 @@ def stream_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIME
         return QueryFailed(message.splitlines()[0] if message else type(exc).__name__)
 
     opener = _sqlite_rows if is_sqlite(engine) else _postgres_rows
+    running = False
     try:
         with opener(engine, sql, deadline, failure) as rows:
+            running = True
             yield rows
     except QueryFailed:
         raise
     except Exception as exc:  # any driver error: report it as the database worded it
+        if running:  # the caller's own (writing the rows out: a closed pipe, a full disk), not the query's
+            raise
         raise failure(exc) from exc
 
 

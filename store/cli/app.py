@@ -27,7 +27,7 @@ import sys
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -125,6 +125,20 @@ class _Commands(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        """Parsing prints ``--help`` and ``--version`` (eager options), before :meth:`invoke`:
+        output that cannot be written fails as it does there, in one line."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(141) from None
+        except OSError as exc:
+            from store.db.faults import fault_reason
+
+            raise click.ClickException(fault_reason(exc) or exc.strerror or str(exc)) from exc
 
     def invoke(self, ctx: click.Context) -> object:
         for name in ("stdout", "stderr"):  # started with it closed (>&-): what Python's print does, drop the text
