@@ -81,7 +81,7 @@ def _until(expires_ms: int | None) -> str:
 
 def _locked_row(conn: Connection, session_id: str):
     stmt = select(sessions.c.pk, sessions.c.claim_owner, sessions.c.claim_token, sessions.c.claim_expires_ms
-                  ).where(sessions.c.session_id == session_id)
+                  ).where(sessions.c.session_id == db_text(session_id))
     row = conn.execute(stmt if is_sqlite(conn) else stmt.with_for_update()).first()
     if row is None:
         raise SessionNotFound(f"no session {session_id!r} in the store")

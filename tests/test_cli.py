@@ -179,3 +179,27 @@ def test_the_library_names_urls_it_cannot_use_too() -> None:
         SessionStore.connect("mysql://me:secret@db/s")
     with pytest.raises(BadSetting, match="not a database URL"):
         SessionStore.connect("postgresql://postgres@127.0.0.1:abc/db")
+
+
+def test_odd_inputs_get_the_stores_own_words(tmp_path: Path) -> None:
+    """Each of these said which Python exception it was (UnicodeEncodeError, ModuleNotFoundError,
+    RuntimeError, Alembic's CommandError) instead of what is wrong."""
+    import os
+    import sqlite3
+
+    pi_store, _ = _stored(tmp_path)
+    future = tmp_path / "future.db"
+    future.write_bytes((tmp_path / "s.db").read_bytes())
+    with sqlite3.connect(future) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
+    cases = [
+        ([*pi_store, "claims", "release", os.fsdecode(b"\xff")], "Error: no session '\\udcff' in the store"),
+        ([*pi_store, "sql", os.fsdecode(b"select '\xff'")], "Error: the statement is not valid UTF-8 (at character 9)"),
+        ([*pi_store[:-1], "postgresql+asyncpg://nowhere/x", "list"], "its driver is not installed"),
+        ([*pi_store[:-1], "~no-such-user-here/x.db", "list"], "Error: ~no-such-user-here/x.db: "),
+        ([*pi_store[:-1], str(future), "list"], "made or upgraded by a newer pi-store"),
+    ]
+    for args, expected in cases:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, errors="surrogateescape")
+        assert done.returncode == 1 and expected in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert "Error:" in done.stderr and "Traceback" not in done.stderr

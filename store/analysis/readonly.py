@@ -96,6 +96,10 @@ def stream_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIME
     """Run one statement read-only and yield its :class:`Rows` (the SQLite search index is
     brought up to date first, on the normal write connection). ``timeout``: seconds from now
     until the statement is stopped; ``None`` or 0 for no limit."""
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: a byte of the command line that is not UTF-8
+        raise QueryFailed(f"the statement is not valid UTF-8 (at character {exc.start + 1})") from exc
     fts.sync(engine)
     deadline = time.monotonic() + timeout if timeout else None
 

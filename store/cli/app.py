@@ -274,6 +274,9 @@ def current_store(*, reading: bool = False) -> SessionStore:
             opener.store = open_store(url, for_reading=reading or opener.command in READ_COMMANDS)
         except (ArgumentError, NoSuchModuleError) as exc:  # not a database URL we know
             raise click.ClickException(f"cannot open database {masked_url(url)}: {exc}") from exc
+        except ModuleNotFoundError as exc:  # a dialect whose driver is not installed (postgresql+asyncpg://)
+            raise click.ClickException(f"cannot open database {masked_url(url)}: its driver is not installed "
+                                       f"(no module named {exc.name!r})") from exc
     return opener.store
 
 

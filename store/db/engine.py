@@ -217,7 +217,10 @@ def resolve_url(database: str) -> str:
     file path (``x.db`` relative to the current directory, ``~`` expanded), as ``sqlite:////abs/x.db``."""
     if _URL_SCHEME.match(database):
         return database
-    path = str(Path(database).expanduser().absolute())
+    try:
+        path = str(Path(database).expanduser().absolute())
+    except RuntimeError as exc:  # ~user of no such user
+        raise StoreError(f"{database}: {exc}") from exc
     return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")  # a URL decodes %XX; ? starts its options
 
 
@@ -597,6 +600,15 @@ def ensure_schema(engine: Engine) -> None:
         current = MigrationContext.configure(conn).get_current_revision()
     if current == head_revision():
         return
+    if current is not None:
+        from alembic.script import ScriptDirectory
+        from alembic.util import CommandError
+
+        try:
+            ScriptDirectory.from_config(config).get_revision(current)
+        except CommandError as exc:
+            raise StoreError(f"the database's schema is at revision {current!r}, which this pi-store does not know: "
+                             "it was made or upgraded by a newer pi-store (upgrade this one)") from exc
     with migration_transaction(engine) as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
