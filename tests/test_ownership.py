@@ -433,10 +433,10 @@ def test_claims_command_lists_and_releases(tmp_path: Path) -> None:
     from store.cli import main
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    with SessionStore.connect(url) as store:
-        sm, _ = _conversation(store)
-        session_id = sm.get_session_id()
-        sm.claim("host-a", ttl_ms=None)
+    holder = SessionStore.connect(url)  # open until the end: its manager is the old holder
+    sm, _ = _conversation(holder)
+    session_id = sm.get_session_id()
+    sm.claim("host-a", ttl_ms=None)
     runner = CliRunner()
     listed = runner.invoke(main, ["--db", url, "claims", "--json"])
     assert listed.exit_code == 0, listed.output
@@ -447,7 +447,7 @@ def test_claims_command_lists_and_releases(tmp_path: Path) -> None:
     released = runner.invoke(main, ["--db", url, "claims", "release", session_id])
     assert released.exit_code == 0 and "released" in released.output
     assert runner.invoke(main, ["--db", url, "claims"]).output.strip() == "no session is claimed"
-    with SessionStore.connect(url) as store:
+    with SessionStore.connect(url) as store, holder:
         with pytest.raises(SessionClaimed):  # the old holder stays fenced off after the release
             sm.append_custom_entry("late", {})
         store.open(session_id).append_custom_entry("anyone", {})
