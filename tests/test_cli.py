@@ -203,3 +203,13 @@ def test_odd_inputs_get_the_stores_own_words(tmp_path: Path) -> None:
         done = subprocess.run(args, capture_output=True, text=True, timeout=120, errors="surrogateescape")
         assert done.returncode == 1 and expected in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
         assert "Error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_one_letter_exclusion_is_part_of_the_query(tmp_path: Path) -> None:
+    """``search foo -x`` failed with "No such option: -x": only longer words were exclusions."""
+    pi_store, _ = _stored(tmp_path)
+    both = subprocess.run([*pi_store, "search", "the", "--json"], capture_output=True, text=True, timeout=120)
+    without = subprocess.run([*pi_store, "search", "the", "-a", "--json"], capture_output=True, text=True,
+                             timeout=120)
+    assert without.returncode == 0, without.stderr
+    assert 0 < len(__import__("json").loads(without.stdout)) <= len(__import__("json").loads(both.stdout))

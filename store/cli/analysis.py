@@ -62,8 +62,10 @@ class _SearchCommand(click.Command):
     (``-branch`` would be ``-b -r ... -h``); ``-h`` and ``--options`` stay options."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        args = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 else arg
-                for arg in args]
+        short = {opt for param in self.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
+                 if not opt.startswith("--")}  # -h: help; -x (one letter) is an exclusion too
+        args = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and arg not in short | {"-"}
+                else arg for arg in args]
         return super().parse_args(ctx, args)
 
 
