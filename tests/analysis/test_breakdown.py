@@ -179,6 +179,13 @@ def test_one_session_and_a_time_window(history: History) -> None:
         doc = stats_by(history, session_id, "--by", by, "--since", since, "--until", until)
         assert (doc["since"], doc["until"]) == (since, until)
         check(doc, expected(window, by))
+    # years past four digits (+010000-...) compared as text sorted before 2026: all rows were
+    # "since" the year 10000 and none "until" it
+    every_day = stats_by(history, session_id, "--by", "day")["rows"]
+    far = stats_by(history, session_id, "--by", "day", "--until", "+010000-01-01")
+    assert far["until"] == "+010000-01-01T00:00:00.000Z" and far["rows"] == every_day
+    assert stats_by(history, session_id, "--by", "day", "--since", "+010000-01-01")["rows"] == []
+    assert stats_by(history, session_id, "--by", "day", "--since", "-000100-01-01")["rows"] == every_day
 
 
 def test_the_output_formats_print_the_same_rows(history: History) -> None:
