@@ -59,7 +59,6 @@ _READABLE_PRAGMAS = frozenset({"user_version", "application_id", "schema_version
                                "page_count", "freelist_count", "encoding", "journal_mode", "foreign_keys"})
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PG_CURSOR = b"pi_store_sql"
-_SAFE_INT = 2**53  # integers JavaScript prints as Python does
 
 
 class QueryFailed(StoreError):
@@ -288,13 +287,14 @@ def json_value(value: Any) -> Any:
 
 
 def cell_text(value: Any) -> str:
-    """A cell as text (CSV and table): NULL is empty, everything else as ``--json`` writes it
-    (JSON.stringify's form), strings without their quotes."""
+    """A cell as text (CSV and table): NULL is empty, whole numbers in all their digits (as
+    ``--tsv`` writes them; ``--json`` has JSON.stringify's, which rounds past 2**53), everything
+    else as ``--json`` writes it, strings without their quotes."""
     kind = type(value)
-    if kind is str:
-        return value
-    if kind is int and -_SAFE_INT < value < _SAFE_INT:  # the common cells, without the JSON detour
+    if kind is str or kind is int:
         return str(value)
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return str(int(value))
     value = json_value(value)
     if value is None:
         return ""

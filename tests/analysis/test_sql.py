@@ -142,6 +142,9 @@ def test_formats() -> None:
     assert table[0].split(" | ")[0].strip() == "n" and table[-1] == "(2 rows)" and "é x" in table[3]
     numbers = ResultSet(["cost", "big", "flag"], [(1e-05, 1e16, True)])  # as --json writes them
     assert to_csv(numbers).splitlines()[1] == "0.00001,10000000000000000,true"
+    whole = ResultSet(["int", "numeric"], [(2**53 + 1, Decimal("12345678901234567890"))])  # text keeps every digit
+    assert to_csv(whole).splitlines()[1] == "9007199254740993,12345678901234567890"
+    assert "9007199254740993 | 12345678901234567890" in to_table(whole)
 
 
 def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> None:
