@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -208,3 +209,16 @@ def test_kept_totals_migration_with_data(db_url: str) -> None:
         command.upgrade(config, "head")
         with read_transaction(store.engine) as conn:
             assert [conn.execute(query).all() for query in (totals, paths, off_path, activity)] == kept
+
+
+def test_an_interrupt_during_a_migration_stays_an_interrupt(tmp_path) -> None:
+    """Ctrl-C while the schema was being created closed the connection; restoring foreign keys
+    on it then raised "Cannot operate on a closed database", which replaced the interrupt (the
+    command exited 1 with that message instead of 130)."""
+    from store.db.engine import make_engine, migration_transaction
+
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
+    with pytest.raises(KeyboardInterrupt), migration_transaction(engine) as conn:
+        conn.invalidate()  # as SQLAlchemy leaves a connection whose statement was interrupted
+        raise KeyboardInterrupt
+    engine.dispose()

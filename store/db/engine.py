@@ -26,6 +26,7 @@ without writing to it (``mode=ro``, or ``immutable`` where even SQLite's ``-shm`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -646,10 +647,18 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
                 if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
                     raise ForeignKeyViolation(f"the migration left {len(broken)} row(s) whose foreign key "
                                               f"points nowhere (first: {tuple(broken[0])}); rolled back")
-        finally:
-            if sqlite:
-                driver.execute("PRAGMA foreign_keys = ON")
-            driver.close()
+        except BaseException:
+            # Ctrl-C may have closed the connection already: its restore must not replace the interrupt
+            with contextlib.suppress(Exception):
+                _end_migration(driver, sqlite)
+            raise
+        _end_migration(driver, sqlite)
+
+
+def _end_migration(driver: Any, sqlite: bool) -> None:
+    if sqlite:
+        driver.execute("PRAGMA foreign_keys = ON")
+    driver.close()
 
 
 def alembic_config(engine: Engine | None = None):
