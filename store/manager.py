@@ -38,7 +38,7 @@ from store.db.engine import (
     write_transaction,
 )
 from store.db.schema import entries as entries_table
-from store.db.stored_text import db_text
+from store.db.stored_text import db_text, may_be_escaped
 from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
 from store.errors import (
     EntryNotFound,
@@ -129,23 +129,25 @@ class SessionManager:
         manager already names, which must still be the row's)."""
         with self._reading() as conn:
             row = queries.session_by_pk(conn, self._spk)
-            if row is None or (session_id is not None and row.session_id != session_id):
+            if row is None or (session_id is not None and row.session_id != db_text(session_id)):
                 raise SessionNotFound(f"session {session_id} is no longer in the store")
             self._take_identity(conn, row)
 
     def _take_identity(self, conn: Connection, row: Row) -> None:
         """Identity, version and leaf from the session ``row``, read on ``conn`` (the leaf's
         columns read there too)."""
+        self._stored_id: str = row.session_id  # db_text's form: what the columns hold and are compared with
         self.session_id: str = row.session_id
         self._header_seq: int | None = row.header_seq
         self.cwd: str = row.cwd
-        if "\\u" in row.cwd and row.header_seq is not None:  # perhaps db_text's escape: the header has it as written
-            cwd = js_parse(queries.lines_at(conn, self._spk, [row.header_seq])[row.header_seq]).get("cwd")
-            self.cwd = cwd if isinstance(cwd, str) else row.cwd
+        if row.header_seq is not None and (may_be_escaped(row.cwd) or may_be_escaped(row.session_id)):
+            header = js_parse(queries.lines_at(conn, self._spk, [row.header_seq])[row.header_seq])  # as written
+            self.session_id = header["id"] if isinstance(header.get("id"), str) else row.session_id
+            self.cwd = header["cwd"] if isinstance(header.get("cwd"), str) else row.cwd
         self._version: int = row.row_version
         self._last_seq: int | None = row.last_seq
-        # a file's last line without its newline: ended (as Pi ends it on opening) by the first write
-        self._unended_seq: int | None = row.last_seq if queries.ends_unterminated(conn, row) else None
+        # a file's history, not written to since: its last line may lack its newline (see _end_file_line)
+        self._maybe_unended = row.diverged_seq is None and row.source_sha256 is not None and row.last_seq >= 0
         self._leaf_id: str | None = None
         self._leaf: TreeColumns | None = None
         if row.leaf_seq is not None:
@@ -266,7 +268,7 @@ class SessionManager:
         manager may write it (``store.ownership``); returns the session's ``last_seq``."""
         if locked is None:
             locked = cursor.lock_session(self._spk, opening)
-        check_write(locked, session_id=self.session_id, expected_version=self._version, claim=self._claim,
+        check_write(locked, session_id=self._stored_id, expected_version=self._version, claim=self._claim,
                     clock=self._store.clock)
         assert locked is not None
         return locked.last_seq
@@ -375,11 +377,12 @@ class SessionManager:
         return entry, batch.last_seq
 
     def _end_file_line(self, cursor: AppendCursor) -> None:
-        """Before the first write after a file whose last line has no newline: give it one, as
-        Pi does when it opens the file, so that the export keeps the new entry on a line of its own
-        (the write lock is held and the version checked: that line is still the last)."""
-        if self._unended_seq is not None:
-            cursor.end_line(self._spk, self._unended_seq)
+        """Before the store's first write to a file's history: if the file's last line has no
+        newline, give it one, as Pi does when it opens such a file, so that the export keeps the
+        new entry on a line of its own (the write lock is held and the version checked: that line
+        is still the last)."""
+        if self._maybe_unended and self._last_seq is not None:
+            cursor.end_line(self._spk, self._last_seq)
 
     def _appended(self, entry: dict, last_seq: int) -> dict:
         self._count_write(last_seq)
@@ -389,7 +392,7 @@ class SessionManager:
         """Count a write of this manager in the version it knows, with the session's last row."""
         self._version += 1
         self._last_seq = last_seq
-        self._unended_seq = None
+        self._maybe_unended = False
 
     def _first_try(self, attempt: _Attempt | None) -> tuple[Iterator[str], str]:
         """Pi's id candidates and the timestamp of a single append: those of the unlocked
@@ -403,7 +406,7 @@ class SessionManager:
         """PostgreSQL, where this manager knows the session's last row (and it needs no line end:
         :meth:`_end_file_line`), and not behind a transaction pooler (its timeouts are set per
         transaction)."""
-        return (self._last_seq is not None and self._unended_seq is None and self._engine.dialect.name == "postgresql"
+        return (self._last_seq is not None and not self._maybe_unended and self._engine.dialect.name == "postgresql"
                 and not behind_pooler(self._engine.url))
 
     def _append_unlocked(self, build: Callable[[str, str | None, str], dict]) -> _Attempt:
@@ -420,7 +423,7 @@ class SessionManager:
         timestamp = self._now()
         candidates = new_entries.id_candidates(self._store.new_uuid)
         attempt = _Attempt(next(candidates), timestamp, candidates)
-        seen = Seen(self.session_id, self._version, self._last_seq,
+        seen = Seen(self._stored_id, self._version, self._last_seq,
                     None if self._claim is None else (self._claim.owner, self._claim.token))
 
         def run(dbapi_connection: Any) -> bool:
@@ -457,7 +460,7 @@ class SessionManager:
         locked = cursor.lock_session(self._spk, opening)
         # its row is there, whatever was written since: this manager's write, one version on from
         # what it knew (the next append learns of the others' writes as usual)
-        if (locked is not None and locked.session_id == self.session_id
+        if (locked is not None and locked.session_id == self._stored_id
                 and cursor.holds(self._spk, lost.seq, lost.entry_id, lost.line)):
             return cursor, None
         return cursor, self._lock(cursor, locked=locked)

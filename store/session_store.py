@@ -27,7 +27,7 @@ from store.db.engine import (
     write_transaction,
 )
 from store.db.schema import sessions
-from store.db.stored_text import db_text
+from store.db.stored_text import db_text, may_be_escaped
 from store.format import js_parse
 from store.format.jsdate import js_iso
 
@@ -345,7 +345,7 @@ _HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parent
 def _header_if_escaped(conn: Connection, row: Any) -> dict | None:
     """The session's header when a header field's column may hold ``db_text``'s escape of a
     lone surrogate or NUL (a backslash-u in it): the header line has the string as written."""
-    if row.header_seq is None or not any("\\u" in (getattr(row, column) or "") for column, _ in _HEADER_TEXT):
+    if row.header_seq is None or not any(may_be_escaped(getattr(row, column) or "") for column, _ in _HEADER_TEXT):
         return None
     header = js_parse(queries.lines_at(conn, row.pk, [row.header_seq])[row.header_seq])
     return header if isinstance(header, dict) else None

@@ -48,7 +48,12 @@ def test_listing_gives_header_fields_as_written(store: SessionStore, odd: str, t
     [info] = store.list("/w" + odd)
     assert (info.id, info.cwd, info.parent_session) == ("s" + odd, "/w" + odd, "p" + odd)
     assert store.find_by_id("s" + odd) == info and [i.id for i in store.list_all()] == ["s" + odd]
-    assert store.open(info.id).get_cwd() == "/w" + odd
+    sm = store.open(info.id)
+    assert (sm.get_session_id(), sm.get_cwd()) == ("s" + odd, "/w" + odd)  # the manager's too (it was escaped)
+    sm.append_message(user("y"))  # its writes and refresh compare the stored form
+    sm.refresh()
+    branched = store.open(sm.create_branched_session(sm.get_leaf_id()))
+    assert branched.get_header()["parentSession"] == "s" + odd
 
 
 @pytest.mark.parametrize("text", ["\x00", "\ud800", "a\x00b"])

@@ -305,8 +305,9 @@ def _within_lock_timeout(engine: Engine, conn: Any, sql: str) -> None:
                                       (statement,)).fetchone()
                 waiting_since = (waiting_since or time.monotonic()) if row is not None and row[1] == "Lock" else None
                 if waiting_since is not None and (time.monotonic() - waiting_since) * 1000 >= limit_ms:
-                    cancelled.set()
-                    watcher.execute("SELECT pg_cancel_backend(%s)", (row[0],))
+                    cancelled.set()  # that backend, only while it still runs this statement (a pooler's is shared)
+                    watcher.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid = %s AND query = %s "
+                                    "AND state = 'active'", (row[0], statement))
                     return
 
     watcher = threading.Thread(target=watch, name="fts-rebuild-lock-timeout", daemon=True)
@@ -316,7 +317,8 @@ def _within_lock_timeout(engine: Engine, conn: Any, sql: str) -> None:
     except engine.dialect.loaded_dbapi.Error as exc:
         if cancelled.is_set():
             raise StoreError(f"database is locked: fts rebuild waited {limit_ms / 1000:g} s (PI_STORE_LOCK_TIMEOUT) "
-                             "for transactions open on the entries; nothing was changed: run it again") from exc
+                             "for transactions open on the entries and stopped (an unfinished copy of the index "
+                             "may be left: the next rebuild drops it): run it again") from exc
         raise
     finally:
         done.set()
@@ -325,4 +327,5 @@ def _within_lock_timeout(engine: Engine, conn: Any, sql: str) -> None:
 
 _LEFT_BY_A_STOPPED_REBUILD = r"""
 SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
-WHERE i.indrelid = 'entries'::regclass AND NOT i.indisvalid AND c.relname LIKE 'ix\_entries\_search\_vector\_ccnew%'"""
+WHERE i.indrelid = 'entries'::regclass AND NOT i.indisvalid
+AND (c.relname LIKE 'ix\_entries\_search\_vector\_ccnew%' OR c.relname LIKE 'ix\_entries\_search\_vector\_ccold%')"""

@@ -219,10 +219,15 @@ def resolve_url(database: str) -> str:
     if _URL_SCHEME.match(database):
         return database
     try:
-        path = str(Path(database).expanduser().absolute())
+        return sqlite_file_url(Path(database).expanduser())
     except RuntimeError as exc:  # ~user of no such user
         raise StoreError(f"{database}: {exc}") from exc
-    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")  # a URL decodes %XX; ? starts its options
+
+
+def sqlite_file_url(path: Path) -> str:
+    """The SQLite URL of the file ``path`` (made absolute): a URL decodes ``%XX`` and ends its
+    path at ``?``, so those two are escaped."""
+    return "sqlite:///" + str(path.absolute()).replace("%", "%25").replace("?", "%3F")
 
 
 def default_url() -> str:
@@ -233,7 +238,7 @@ def default_url() -> str:
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     path = base / "pi-store" / "sessions.db"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return sqlite_file_url(path)
 
 
 def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
@@ -292,12 +297,18 @@ def close_engine(engine: Engine) -> None:
     """Close the pool's connections and open no more: a later call raises ``StoreClosed``
     (``Engine.dispose`` alone makes a new pool, so a closed store went on writing). Connections
     checked out now finish what they are doing and are closed when they are given back."""
-    engine.dispose()
-    engine.pool = NullPool(_refuse_to_connect, dialect=engine.pool._dialect)
+    pool = engine.pool
+    engine.pool = NullPool(_refuse_to_connect, dialect=pool._dialect)  # first: no checkout from a new pool
+    event.listen(pool, "checkin", _close_on_checkin)
+    pool.dispose()
 
 
 def _refuse_to_connect() -> Any:
     raise StoreClosed("the store is closed")
+
+
+def _close_on_checkin(_dbapi_connection: Any, record: Any) -> None:
+    record.invalidate()  # closes the driver's connection; the closed pool never hands it out again
 
 
 def _sync(engine: Engine | AsyncEngine) -> Engine:

@@ -105,16 +105,6 @@ def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int
     return out
 
 
-def ends_unterminated(conn: Connection, session: Row) -> bool:
-    """Whether the session is a file's history whose last line has no line end (the file ended
-    without a newline) — Pi, opening such a file, ends it with one before it appends."""
-    if session.diverged_seq is not None or session.source_sha256 is None or session.last_seq < 0:
-        return False
-    eol = conn.execute(select(entries.c.eol).where(entries.c.session_pk == session.pk,
-                                                   entries.c.seq == session.last_seq)).scalar()
-    return eol == ""
-
-
 def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:
     """Pi's ``getChildren``: per distinct id its last row, kept when that row's parent is
     ``parent_id``; ordered by the id's first row (Pi iterates its id map in insertion order)."""

@@ -29,6 +29,15 @@ def db_text(value: str) -> str:
     return _storable(value, _escape)
 
 
+_ESCAPE = re.compile(r"\\u(?:d[89a-f][0-9a-f]{2}|0000)")
+
+
+def may_be_escaped(stored: str) -> bool:
+    """Whether a stored text may hold :func:`db_text`'s escape of a character it could not store
+    (else it is the text as given)."""
+    return "\\u" in stored and _ESCAPE.search(stored) is not None
+
+
 def clean_text(value: str) -> str:
     """``value`` with the unstorable characters replaced by U+FFFD (text to read and search)."""
     return _storable(value, lambda _match: "\ufffd")

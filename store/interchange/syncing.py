@@ -126,7 +126,7 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         return ImportReport(str(path), None, REFUSED, error=str(exc))
     except StoreError as exc:  # the file's transaction rolled back: report it and go on with the next file
         return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}",
-                            retry=isinstance(exc, _MAY_PASS))
+                            retry=isinstance(exc, _MAY_PASS) or isinstance(exc.__cause__, OSError))  # unreadable
     except (OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:  # a fault that may pass
         return ImportReport(str(path), None, FAILED, error=f"{path}: {type(exc).__name__}: {error_line(exc)}",
                             retry=True)

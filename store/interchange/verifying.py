@@ -123,11 +123,14 @@ class Health:
 
 def verify_session(store: SessionStore, session_id: str) -> Health:
     """Verify one session; an error the database reports while reading it is a ``damaged``
-    verdict (``SessionNotFound`` is raised)."""
+    verdict (``SessionNotFound`` is raised, and so is a wait that ran out: a lock held past the
+    lock timeout, the statement timeout)."""
     try:
         with read_transaction(store.engine) as conn:
             return _verify(conn, queries.stored_session(conn, session_id))
     except DBAPIError as exc:
+        if waits_too_long(exc):
+            raise
         health = Health(session_id)
         health.damage.append(f"the database reports an error reading it: {error_line(exc)}")
         return health
@@ -437,7 +440,8 @@ def _check_postgresql(engine: Engine, health: DatabaseHealth) -> None:
                                      "WHERE relid = to_regclass('entries')")).first() is not None
         failures = conn.execute(text("SELECT checksum_failures FROM pg_stat_database "
                                      "WHERE datname = current_database()")).scalar()
-    copies = [name for name in invalid if name.startswith("ix_entries_search_vector_ccnew")]  # fts rebuild's
+    copies = [name for name in invalid if name.startswith(("ix_entries_search_vector_ccnew",  # fts rebuild's
+                                                           "ix_entries_search_vector_ccold"))]
     if copies and building:
         health.checks[-2] = "valid indexes (an index is being rebuilt: its new copy is not checked)"
     elif copies:

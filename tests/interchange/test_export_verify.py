@@ -255,3 +255,24 @@ def test_verify_of_a_locked_store_is_an_error_not_damage(tmp_path: Path) -> None
         holder.close()
     assert done.returncode == 1 and done.stderr.startswith("Error: database is locked"), done.stderr
     assert "damaged" not in done.stdout
+
+
+def test_verify_of_a_session_behind_a_lock_is_an_error_not_damage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: a session whose rows another transaction holds locked past the lock timeout
+    was "damaged" (the database reports an error reading it)."""
+    import psycopg
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import OperationalError
+
+    from tests.conftest import scratch_pg_database
+
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with scratch_pg_database("pi_store_verify_lock") as url, SessionStore.connect(url) as store:
+        session_id = import_file(store, FILES[0]).session_id
+        plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(plain) as holder:
+            holder.execute("LOCK TABLE entries IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(OperationalError, match="lock timeout"):
+                verify_session(store, session_id)
+            holder.rollback()
+        assert verify_session(store, session_id).ok
