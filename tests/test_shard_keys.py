@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from store.db.engine import alembic_config, read_transaction, write_transaction
 from store.db.writes import insert_session
-from store.errors import StoreError
+from store.errors import SessionExists, StoreError
 from store.session_store import SessionStore
 from tests.oracle_support import FIXTURES
 
@@ -324,7 +324,9 @@ def test_migration_0008_down_and_up_with_data(db_url: str, tmp_path) -> None:
         reopened = store.open(sm.get_session_id())  # the directory leads to the session after the migration
         reopened.append_message({"role": "user", "content": "after the migration", "timestamp": 2})
         assert len(reopened.get_branch()) == 2
-        with pytest.raises(IntegrityError, match=r"pk_session_ids|session_ids\.session_id"), \
+        with pytest.raises(SessionExists) as caught, \
                 write_transaction(store.engine) as conn:  # an id stays unique in the database itself
             insert_session(conn, session_id=sm.get_session_id(), cwd="", entry_count=0, message_count=0, last_seq=-1,
                            pi_valid=True, pi_listable=True, has_conversation=False)
+        assert isinstance(caught.value.__cause__, IntegrityError)
+        assert re.search(r"pk_session_ids|session_ids\.session_id", str(caught.value.__cause__))
