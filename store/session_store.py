@@ -26,10 +26,11 @@ from store.db.engine import (
     resolve_url,
     write_transaction,
 )
-from store.db.schema import sessions
+from store.db.schema import entries, sessions
 from store.db.stored_text import db_text, may_be_escaped
 from store.format import js_parse
 from store.format.jsdate import js_iso
+from store.listing import ListingState
 
 if TYPE_CHECKING:  # the rest is imported where it is used: ``pi-store list`` loads none of it
     from sqlalchemy import Engine
@@ -176,7 +177,7 @@ class SessionStore:
             if row is None:
                 return None
             usage = session_usage(conn, [row.pk]).get(row.pk)
-            return _info(row, usage, header=_header_if_escaped(conn, row))
+            return _info(row, usage, exact=_as_written(conn, row))
 
     def list(self, cwd: str, **options: Any) -> list[SessionInfo]:
         """Sessions of one working directory, most recently modified first (``options``: see
@@ -204,7 +205,7 @@ class SessionStore:
         with read_transaction(self.engine) as conn:
             rows = list_rows(conn, where, sort=sort, reverse=reverse, limit=limit, cursor=cursor)
             usage = session_usage(conn, [row.pk for row, _ in rows])
-            return [_info(row, usage.get(row.pk), position, header=_header_if_escaped(conn, row))
+            return [_info(row, usage.get(row.pk), position, exact=_as_written(conn, row))
                     for row, position in rows]
 
     def search(self, query: str, **options: Any) -> list[SearchHit]:
@@ -342,24 +343,31 @@ def _private_engine() -> Engine:
 _HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parentSession"))
 
 
-def _header_if_escaped(conn: Connection, row: Any) -> dict | None:
-    """The session's header when a header field's column may hold ``db_text``'s escape of a
-    lone surrogate or NUL (a backslash-u in it): the header line has the string as written."""
-    if row.header_seq is None or not any(may_be_escaped(getattr(row, column) or "") for column, _ in _HEADER_TEXT):
-        return None
-    header = js_parse(queries.lines_at(conn, row.pk, [row.header_seq])[row.header_seq])
-    return header if isinstance(header, dict) else None
+def _as_written(conn: Connection, row: Any) -> dict[str, Any]:
+    """The listing's text columns that may hold ``db_text``'s escape of a lone surrogate or NUL
+    (rare: only then is anything read), as the session's lines have them: id, cwd and parent
+    session from the header, name and first message by Pi's listing rule over its entries."""
+    exact: dict[str, Any] = {}
+    if row.header_seq is not None and any(may_be_escaped(getattr(row, column) or "") for column, _ in _HEADER_TEXT):
+        header = js_parse(queries.lines_at(conn, row.pk, [row.header_seq])[row.header_seq])
+        exact.update((column, header[key]) for column, key in _HEADER_TEXT if isinstance(header.get(key), str))
+    if may_be_escaped(row.name or "") or may_be_escaped(row.first_message or ""):
+        listing = ListingState()
+        for (line,) in conn.execute(select(entries.c.line).where(
+                entries.c.session_pk == row.pk, entries.c.kind == "entry",
+                entries.c.type.in_(("message", "session_info"))).order_by(entries.c.seq)):
+            listing.add(js_parse(line))
+        exact.update(name=listing.name, first_message=listing.first_message)
+    return exact
 
 
-def _info(row: Any, usage: Usage | None = None, cursor: str = "", header: dict | None = None) -> SessionInfo:
+def _info(row: Any, usage: Usage | None = None, cursor: str = "", exact: dict[str, Any] | None = None) -> SessionInfo:
     modified = js_iso(row.modified_ms) if row.modified_ms is not None else None
-    exact = {column: getattr(row, column) for column, _ in _HEADER_TEXT}
-    for column, key in _HEADER_TEXT if header else ():
-        if isinstance(header.get(key), str):
-            exact[column] = header[key]
+    text = {column: getattr(row, column) for column in ("session_id", "cwd", "parent_session", "name", "first_message")}
+    text.update(exact or {})
     return SessionInfo(
-        id=exact["session_id"], cwd=exact["cwd"], name=row.name, parent_session=exact["parent_session"],
+        id=text["session_id"], cwd=text["cwd"], name=text["name"], parent_session=text["parent_session"],
         created=js_iso(row.created_ms) if row.created_ms is not None else None, modified=modified,
-        message_count=row.message_count, first_message=row.first_message or "(no messages)",
+        message_count=row.message_count, first_message=text["first_message"] or "(no messages)",
         tokens=usage.tokens if usage else 0, cost=usage.cost if usage else 0.0, cursor=cursor,
     )

@@ -97,3 +97,18 @@ def test_claims_and_ids_of_the_wrong_kind_are_refused(store: SessionStore) -> No
         with pytest.raises(TypeError, match=r"^a session id is a string"):
             store.open(wrong)  # type: ignore[arg-type]
     assert store.claim(session_id, "owner", ttl_ms=1000).owner == "owner"
+
+
+@pytest.mark.parametrize("odd", ["\udc00", "\x00"])
+def test_listing_gives_name_and_first_message_as_written(store: SessionStore, odd: str) -> None:
+    """The listing columns hold db_text's escape; list gave ``name\\\\udc00`` where the manager gives
+    ``name\\udc00``."""
+    sm = store.create("/w")
+    sm.append_message(user(f"hi {odd} there"))
+    sm.append_session_info(f"name{odd}")
+    [info] = store.list_all()
+    assert (info.name, info.first_message) == (f"name{odd}", f"hi {odd} there") == (sm.get_session_name(),
+                                                                                    f"hi {odd} there")
+    plain = store.create("/w")
+    plain.append_message(user("C:\\work\\utils and \\u00e9"))  # backslash-u, but not an escape of db_text's
+    assert store.find_by_id(plain.get_session_id()).first_message == "C:\\work\\utils and \\u00e9"
