@@ -187,6 +187,8 @@ def _sqlite_rows(engine: Engine, sql: str, deadline: float | None,
                 if mode != modes[-1] and sqlite_fault(exc) in CANNOT_WRITE:
                     continue
                 raise
+            if cursor.description is None:  # a comment, an empty statement: as PostgreSQL says it
+                raise QueryFailed("the statement returns no columns")
             yield Rows([d[0] for d in cursor.description or ()], _sqlite_batches(cursor), failure)
             return
         finally:
