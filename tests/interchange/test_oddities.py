@@ -151,7 +151,8 @@ def test_text_no_database_can_hold_is_stored_on_both_engines(store: SessionStore
     assert sm.get_label(nul) == "start"
     assert sm.get_session_name() == "n\u0000ame"  # read from the line: exact
     sm.append_session_info("again\u0000")  # through the API too
-    assert [s.name for s in store.list_all()] == ["again\\u0000"]  # the same deviation: Pi lists "again\0"
+    assert [s.name for s in store.list_all()] == ["again\u0000"]  # as Pi lists it (it was the escape text)
+    assert [s.cwd for s in store.list_all()] == ["/w\u0000"]
 
 
 def test_a_file_whose_name_is_not_utf8(store: SessionStore, tmp_path: Path) -> None:
