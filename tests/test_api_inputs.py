@@ -40,14 +40,16 @@ def test_listing_gives_header_fields_as_written(store: SessionStore, odd: str, t
     cwd and parent session as the (imported) header has them, so that ``open(info.id)`` opens it."""
     lines = [{"type": "session", "version": 3, "id": "s" + odd, "timestamp": "2026-03-01T00:00:00.000Z",
               "cwd": "/w" + odd, "parentSession": "p" + odd},
-             {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-03-01T00:00:01.000Z",
-              "message": user("x")}]
+             {"type": "message", "id": "a" + odd, "parentId": None, "timestamp": "2026-03-01T00:00:01.000Z",
+              "message": user("findable")}]
     path = tmp_path / "odd.jsonl"
     path.write_text("".join(js_stringify(line) + "\n" for line in lines), "ascii")
     store.import_jsonl(path)
     [info] = store.list("/w" + odd)
     assert (info.id, info.cwd, info.parent_session) == ("s" + odd, "/w" + odd, "p" + odd)
     assert store.find_by_id("s" + odd) == info and [i.id for i in store.list_all()] == ["s" + odd]
+    [hit] = store.search("findable")  # its ids too (they were the escape text)
+    assert (hit.session_id, hit.entry_id) == ("s" + odd, "a" + odd)
     sm = store.open(info.id)
     assert (sm.get_session_id(), sm.get_cwd()) == ("s" + odd, "/w" + odd)  # the manager's too (it was escaped)
     sm.append_message(user("y"))  # its writes and refresh compare the stored form

@@ -27,7 +27,8 @@ from sqlalchemy import Connection, Engine, Row, bindparam, text
 from store.analysis import fts
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
-from store.db.stored_text import db_text
+from store.db.stored_text import db_text, may_be_escaped
+from store.format import js_parse
 
 _SCAN = 200  # candidates read per round while filtering on provenance
 _SNIPPET_WORDS = 24
@@ -105,11 +106,33 @@ def search(engine: Engine, query: str, *, session: str | None = None, role: str 
                 break
             before = batch[-1].pk
         snippets = _snippets(conn, parsed, [(row.session_pk, row.pk) for row, _ in chosen])
+        entry_ids, session_ids = _ids_as_written(conn, [row for row, _ in chosen], sessions)
     return [
-        SearchHit(row.entry_id, sessions[row.session_pk].session_id, row.seq, row.type, row.role, row.timestamp,
-                  snippets.get(row.pk, ""), provenance)
+        SearchHit(entry_ids.get(row.pk, row.entry_id),
+                  session_ids.get(row.session_pk, sessions[row.session_pk].session_id),
+                  row.seq, row.type, row.role, row.timestamp, snippets.get(row.pk, ""), provenance)
         for row, provenance in chosen
     ]
+
+
+def _ids_as_written(conn: Connection, rows: list[Row],
+                    sessions: dict[int, _SessionPath]) -> tuple[dict[int, str], dict[int, str]]:
+    """The hits' entry ids (by row key) and session ids (by session key) whose columns may hold
+    ``db_text``'s escape (rare: only those are read), as their lines have them."""
+    entry_ids: dict[int, str] = {}
+    for row in rows:
+        if row.entry_id is not None and may_be_escaped(row.entry_id):
+            value = js_parse(queries.lines_at(conn, row.session_pk, [row.seq])[row.seq])
+            if isinstance(value, dict) and isinstance(value.get("id"), str):
+                entry_ids[row.pk] = value["id"]
+    session_ids: dict[int, str] = {}
+    for session_pk, path in sessions.items():
+        session = queries.session_by_pk(conn, session_pk) if may_be_escaped(path.session_id) else None
+        if session is not None and session.header_seq is not None:
+            header = js_parse(queries.lines_at(conn, session_pk, [session.header_seq])[session.header_seq])
+            if isinstance(header, dict) and isinstance(header.get("id"), str):
+                session_ids[session_pk] = header["id"]
+    return entry_ids, session_ids
 
 
 _COLUMNS = "e.pk, e.session_pk, e.seq, e.entry_id, e.type, e.role, e.timestamp, e.depth"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 
 import click
@@ -12,6 +13,9 @@ from store.cli.app import current_store, main
 from store.session_store import SessionStore
 
 TOKEN_ENV = "PI_STORE_SERVE_TOKEN"
+
+# RFC 6265 cookie-octet: what a cookie value carries unchanged (no quotes, spaces, commas, ; or backslashes)
+_COOKIE_SAFE = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]+")
 
 
 def is_loopback(host: str) -> bool:
@@ -42,8 +46,9 @@ def serve_command(host: str, port: int, token: str | None) -> None:
     if not is_loopback(host) and not token:
         raise click.ClickException(f"refusing to serve on {host} without --token (or ${TOKEN_ENV}): "
                                    "session history would be readable by anyone who can reach it")
-    if token is not None and (len(token) < 8 or not token.isascii() or not token.isprintable() or ";" in token):
-        raise click.ClickException("the token must be at least 8 printable ASCII characters, without ';'")
+    if token is not None and (len(token) < 8 or not _COOKIE_SAFE.fullmatch(token)):
+        raise click.ClickException("the token must be at least 8 printable ASCII characters, without spaces, "
+                                   "quotes, ',', ';' or '\\' (it is kept in a cookie)")
     store = current_store()  # brings the schema to head, as every command does
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     try:  # bound here, so that a port in use is this command's error and port 0 is announced as bound

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -128,10 +129,26 @@ def _with_lone_surrogates(scope: dict) -> dict:
 
 
 def _route_suffix(request: Request, suffix: str) -> bool:
-    """Whether the path ends in ``suffix`` as written (``/context``), not as ``%2Fcontext``: the
-    last part of an id that the decoded path cannot tell from a route's."""
+    """Whether the path's last segment, after a ``/`` as written, is ``suffix``'s (``/context``;
+    ``cont%65xt`` is the same word): not when it follows ``%2F``, the last part of an id that the
+    decoded path cannot tell from a route's."""
     raw = request.scope.get("raw_path")
-    return raw is None or raw.endswith(suffix.encode())
+    if raw is None:
+        return True
+    _, slash, last = raw.rpartition(b"/")
+    return bool(slash) and unquote(last.decode("latin-1"), errors=_LONE_SURROGATES) == suffix[1:]
+
+
+class _SessionId(Convertor):
+    """Any text, "/" and line breaks included (Starlette's ``path`` is ``.*``: no newline)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
 
 
 def query(request: Request) -> QueryParams:
@@ -283,18 +300,20 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         return JSJSONResponse(data.usage(store, request.path_params.get("session_id")))
 
     static = StaticFiles(directory=str(resources.files("store.web") / "static"))
+    # ids may hold "/" and line breaks: the path converter's ".*" stops at a newline
+    register_url_convertor("session_id", _SessionId())
     routes = [
         Route("/", guarded(sessions_page)),
         Route("/usage", guarded(usage_page)),
         # ids may hold "/" (the path converter; %2F arrives decoded) or be empty; an id ending in
         # "/context" or "/usage" is told from that route of the id before it by the raw path's %2F
-        Route("/sessions/{session_id:path}", guarded(session_page)),
+        Route("/sessions/{session_id:session_id}", guarded(session_page)),
         Route("/api/sessions", guarded(api_sessions)),
         Route("/api/usage", guarded(api_usage)),
         Route("/api/search", guarded(api_search)),
-        Route("/api/sessions/{session_id:path}/context", guarded(api_context)),
-        Route("/api/sessions/{session_id:path}/usage", guarded(api_usage)),
-        Route("/api/sessions/{session_id:path}", guarded(api_session)),
+        Route("/api/sessions/{session_id:session_id}/context", guarded(api_context)),
+        Route("/api/sessions/{session_id:session_id}/usage", guarded(api_usage)),
+        Route("/api/sessions/{session_id:session_id}", guarded(api_session)),
         Mount("/static", static, name="static"),
     ]
     return Guard(Starlette(routes=routes), token)

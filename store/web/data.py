@@ -104,6 +104,8 @@ class ListQuery:
             out["sort"] = self.sort
         if self.reverse:
             out["reverse"] = "1"
+        if self.limit is not None and self.limit != PAGE_SIZE:
+            out["limit"] = str(self.limit)
         return out
 
 

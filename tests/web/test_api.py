@@ -40,6 +40,14 @@ def test_cursor_pages_cover_the_listing(served: Served) -> None:
     assert seen == everything
 
 
+def test_the_pages_next_link_keeps_the_page_size(served: Served) -> None:
+    """``/?limit=2`` linked to a next page of 50 (the link left the limit out)."""
+    html = served.get("/", params={"limit": 2, "sort": "created"}).text
+    link = re.search(r'id="next-page" href="([^"]*)"', html).group(1).replace("&amp;", "&")
+    assert "limit=2" in link and "sort=created" in link
+    assert served.get(link).text.count('<td class="title">') == 2
+
+
 def test_bad_parameters_are_400(served: Served) -> None:
     assert served.get("/api/sessions?sort=nope").status_code == 400
     assert served.get("/api/sessions?since=notadate").status_code == 400

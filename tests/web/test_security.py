@@ -9,6 +9,7 @@ import sys
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from store.format import js_stringify
 from tests.web import sessions
@@ -67,6 +68,16 @@ def test_non_loopback_bind_needs_a_token(tmp_path) -> None:
     assert "without --token" in result.stderr
 
 
+@pytest.mark.parametrize("token", ['"abcdefgh"', " abcdefgh", "abcd,efgh", "abcd\\efgh", "short"])
+def test_a_token_a_cookie_cannot_carry_is_refused(tmp_path, token: str) -> None:
+    """A token with quotes or a leading space was accepted, and the cookie ``?token=`` set came back
+    changed (the parser strips them): every following link and the stylesheet were 401."""
+    result = subprocess.run([sys.executable, "-m", "store.cli", "--db", f"sqlite:///{tmp_path / 's.db'}", "serve",
+                             "--port", str(free_port()), "--token", token],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "the token must be at least 8" in result.stderr, result.stderr
+
+
 def test_token_is_required_on_every_request(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import",
@@ -96,7 +107,7 @@ def test_token_is_required_on_every_request(tmp_path) -> None:
 def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
     """Listed, linked, and once a 404: the routes' ids stopped at the first "/" (which arrives
     decoded from %2F). An id ending in "/context" was read as the context route of the id before it."""
-    ids = ["a/b", "", "ü/ß😀", "a", "a/context", "a/usage"]  # the last two told from a's routes by %2F
+    ids = ["a/b", "", "ü/ß😀", "a", "a/context", "a/usage", "nl\nid"]  # a/context, a/usage: told by %2F
     files = [sessions.write(tmp_path / f"{n}.jsonl", session_id, [sessions._user("u1", None, 1, "hello")])
              for n, session_id in enumerate(ids)]
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -116,6 +127,8 @@ def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
                 assert answer.status_code == 200 and "session" not in answer.json(), (session_id, tail)
             context = httpx.get(base + "/api/sessions/" + quote(session_id, safe="") + "/context", timeout=60)
             assert context.json()["sessionId"] == session_id
+        spelled = httpx.get(base + "/api/sessions/a/cont%65xt", timeout=60)  # %65 is "e": the route all the same
+        assert spelled.json()["sessionId"] == "a"
     finally:
         stop(process)
 
