@@ -38,7 +38,7 @@ from store.db.engine import (
     write_transaction,
 )
 from store.db.schema import entries as entries_table
-from store.db.stored_text import db_text, may_be_escaped
+from store.db.stored_text import db_text
 from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
 from store.errors import (
     EntryNotFound,
@@ -137,13 +137,10 @@ class SessionManager:
         """Identity, version and leaf from the session ``row``, read on ``conn`` (the leaf's
         columns read there too)."""
         self._stored_id: str = row.session_id  # db_text's form: what the columns hold and are compared with
-        self.session_id: str = row.session_id
+        written = queries.header_as_written(conn, row)
+        self.session_id: str = written.get("session_id", row.session_id)
         self._header_seq: int | None = row.header_seq
-        self.cwd: str = row.cwd
-        if row.header_seq is not None and (may_be_escaped(row.cwd) or may_be_escaped(row.session_id)):
-            header = js_parse(queries.lines_at(conn, self._spk, [row.header_seq])[row.header_seq])  # as written
-            self.session_id = header["id"] if isinstance(header.get("id"), str) else row.session_id
-            self.cwd = header["cwd"] if isinstance(header.get("cwd"), str) else row.cwd
+        self.cwd: str = written.get("cwd", row.cwd)
         self._version: int = row.row_version
         self._last_seq: int | None = row.last_seq
         # a file's history, not written to since: its last line may lack its newline (see _end_file_line)

@@ -340,17 +340,11 @@ def _private_engine() -> Engine:
     return engine
 
 
-_HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parentSession"))
-
-
 def _as_written(conn: Connection, row: Any) -> dict[str, Any]:
     """The listing's text columns that may hold ``db_text``'s escape of a lone surrogate or NUL
     (rare: only then is anything read), as the session's lines have them: id, cwd and parent
     session from the header, name and first message by Pi's listing rule over its entries."""
-    exact: dict[str, Any] = {}
-    if row.header_seq is not None and any(may_be_escaped(getattr(row, column) or "") for column, _ in _HEADER_TEXT):
-        header = js_parse(queries.lines_at(conn, row.pk, [row.header_seq])[row.header_seq])
-        exact.update((column, header[key]) for column, key in _HEADER_TEXT if isinstance(header.get(key), str))
+    exact: dict[str, Any] = dict(queries.header_as_written(conn, row))
     if may_be_escaped(row.name or "") or may_be_escaped(row.first_message or ""):
         listing = ListingState()
         for (line,) in conn.execute(select(entries.c.line).where(

@@ -128,10 +128,8 @@ def _ids_as_written(conn: Connection, rows: list[Row],
     session_ids: dict[int, str] = {}
     for session_pk, path in sessions.items():
         session = queries.session_by_pk(conn, session_pk) if may_be_escaped(path.session_id) else None
-        if session is not None and session.header_seq is not None:
-            header = js_parse(queries.lines_at(conn, session_pk, [session.header_seq])[session.header_seq])
-            if isinstance(header, dict) and isinstance(header.get("id"), str):
-                session_ids[session_pk] = header["id"]
+        if session is not None and "session_id" in (written := queries.header_as_written(conn, session)):
+            session_ids[session_pk] = written["session_id"]
     return entry_ids, session_ids
 
 

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
 from store.db.schema import entries, sessions
-from store.db.stored_text import db_text
+from store.db.stored_text import db_text, may_be_escaped
 from store.errors import SessionNotFound
+from store.format.jsjson import js_parse
 
 RUNS_WALK = """
 WITH RECURSIVE walk(step, run_start, run_end) AS (
@@ -103,6 +104,21 @@ def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int
         chunk = list(seqs[start:start + 500])
         out.update((seq, line) for seq, line in conn.execute(stmt, {"seqs": chunk}))
     return out
+
+
+_HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parentSession"))
+
+
+def header_as_written(conn: Connection, session: Row) -> dict[str, str]:
+    """The session row's ``session_id``, ``cwd`` and ``parent_session`` whose columns may hold
+    ``db_text``'s escape of a lone surrogate or NUL, as the header line has them: only those
+    (usually none, and then nothing is read)."""
+    if session.header_seq is None or not any(may_be_escaped(getattr(session, column) or "")
+                                             for column, _ in _HEADER_TEXT):
+        return {}
+    header = js_parse(lines_at(conn, session.pk, [session.header_seq])[session.header_seq])
+    return {column: header[key] for column, key in _HEADER_TEXT
+            if isinstance(header, dict) and isinstance(header.get(key), str)}
 
 
 def child_lines(conn: Connection, session_pk: int, parent_id: str) -> list[str]:

@@ -192,7 +192,7 @@ def session_view(store: SessionStore, session_id: str, selected: str | None = No
         path_ids = [row.entry_id for row in path]
         context_doc, parsed = None, {}
         if context and chosen is not None:
-            context_doc, parsed = _context(conn, session_id, session, seq, chosen, path_ids, context_tail)
+            context_doc, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
         entries, summaries = tree_entries(conn, session.pk)
         shown = path if tail is None else path[len(path) - tail:] if tail else []
         lines = queries.lines_at(conn, session.pk, [row.seq for row in shown if row.seq not in parsed])
@@ -262,13 +262,14 @@ def context_view(store: SessionStore, session_id: str, leaf_id: str | None = Non
             columns = queries.tree_columns_of(conn, session.pk, seq)
             leaf_id = columns.entry_id if columns is not None and columns.depth is not None else None
         path_ids = [row.entry_id for row in queries.path_rows(conn, session.pk, seq, "entry_id")]
-        return _context(conn, session_id, session, seq, leaf_id, path_ids, tail)[0]
+        return _context(conn, session, seq, leaf_id, path_ids, tail)[0]
 
 
-def _context(conn: Connection, session_id: str, session: Any, seq: int | None, leaf_id: str | None, path_ids: list,
+def _context(conn: Connection, session: Any, seq: int | None, leaf_id: str | None, path_ids: list,
              tail: int | None) -> tuple[dict, dict[int, Any]]:
-    """:func:`context_view`'s document for the path ending at row ``seq`` of ``session`` (the
-    row of ``session_id``; ``path_ids``: the path's entry ids), and the entries it parsed by row key."""
+    """:func:`context_view`'s document for the path ending at row ``seq`` (``path_ids``: its
+    entry ids), and the entries it parsed by row key."""
+    session_id = queries.header_as_written(conn, session).get("session_id", session.session_id)
     if not session.pi_valid:
         return {"sessionId": session_id, "leafId": None, "openError": "Session file is not a valid pi session",
                 "messages": [], "messageCount": 0, "hidden": [], "summarised": None, "pathLength": 0}, {}
