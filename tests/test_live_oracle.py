@@ -69,3 +69,31 @@ def test_pi_opens_api_written_sessions_as_we_describe_them(tmp_path: Path) -> No
     assert theirs["fileAfterOpen"] == {"changed": False, "content": None}  # nothing for Pi to repair
     for field in ("header", "entries", "leafId", "branchIds", "tree", "sessionName", "listInfo"):
         assert js_diff(theirs[field], ours[field], field) is None, js_diff(theirs[field], ours[field], field)
+
+
+@pytest.mark.parametrize("last", ["complete", "cut"])
+def test_an_append_after_a_file_without_final_newline_matches_pi(tmp_path: Path, last: str) -> None:
+    """What the store does to an imported file whose last line has no newline (it ends that line
+    before its first write) checked against Pi itself: Pi opens the file, appends a message, and
+    the bytes up to the new line, and the new entry's parent, must be the store's export's."""
+    import json
+    import subprocess
+
+    from tests.oracle_support import FIXTURES, RUN_SH
+
+    lines = (FIXTURES / "sessions" / "small-seed1-0.jsonl").read_bytes().splitlines(keepends=True)
+    body = b"".join(lines[:6]).rstrip(b"\n") if last == "complete" else b"".join(lines[:5]) + lines[5][:40]
+    for name in ("pi.jsonl", "store.jsonl"):
+        (tmp_path / name).write_bytes(body)
+    done = subprocess.run([str(RUN_SH), str(Path(__file__).with_name("pi_open_append.mjs")),
+                           str(tmp_path / "pi.jsonl"), str(tmp_path)], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        session_id = store.import_jsonl(tmp_path / "store.jsonl")
+        store.open(session_id).append_message({"role": "user", "content": "appended", "timestamp": 1})
+        ours = b"".join(store.iter_export(session_id))
+    pi_head, pi_new = done.stdout.rstrip(b"\n").rsplit(b"\n", 1)
+    our_head, our_new = ours.rstrip(b"\n").rsplit(b"\n", 1)
+    assert our_head == pi_head and pi_head.startswith(body)
+    assert json.loads(our_new)["parentId"] == json.loads(pi_new)["parentId"]
+    assert json.loads(our_new)["message"] == json.loads(pi_new)["message"]
