@@ -197,7 +197,7 @@ def sizes(store: SessionStore) -> dict:
             index = conn.execute(text("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'entries_fts%'")).scalar()
         else:
             total = conn.execute(text("SELECT pg_database_size(current_database())")).scalar()
-            index = conn.execute(text("SELECT pg_relation_size('ix_entries_search_vector')")).scalar()
+            index = conn.execute(text("SELECT pg_relation_size('ix_entries_search_words')")).scalar()
     return {"db_mb": total / 1e6, "fts_index_mb": index / 1e6, "fts_fraction": index / total,
             "search_text_mb": text_bytes / 1e6, "search_text_fraction": text_bytes / total}
 

@@ -11,11 +11,11 @@ runs against them: ``extract`` (the analysis columns of a row, computed on write
 VIEWS = ("sessions_overview", "messages", "tool_calls", "usage_ledger", "compactions", "branches", "labels",
          "current_path", "activity", "usage_days")
 
-# Objects of migration 0003 that the ORM models do not describe (an FTS5 table and its shadow
+# Objects of migrations 0003 and 0015 that the ORM models do not describe (an FTS5 table and its shadow
 # tables, a watermark table, an expression index): schema comparisons against the models skip them.
 HAND_WRITTEN = frozenset({
     "entries_fts", "entries_fts_data", "entries_fts_idx", "entries_fts_docsize", "entries_fts_config",
-    "entries_fts_content", "fts_watermark", "ix_entries_search_vector",
+    "entries_fts_content", "fts_watermark", "ix_entries_search_words",
     "ix_entries_pk",  # PostgreSQL only (migration 0008): search's newest-first order
 })
 

@@ -3,17 +3,18 @@
 SQLite: the FTS5 table ``entries_fts`` indexes the rows up to ``fts_watermark.indexed_pk``;
 :func:`sync` indexes the rows written since, in one statement, and every reader of the index
 (search, ``pi-store sql``) calls it first, so what it reads is current. PostgreSQL: a GIN index on
-``pi_search_vector(search_text)`` that PostgreSQL keeps current itself; nothing to do here (but
-its planner needs the statistics ``ANALYZE`` gathers, as autovacuum does, to read the index for
-rare words).
+``pi_search_words(search_text)`` (the text's words, migration 0015) that PostgreSQL keeps current
+itself; nothing to do here (but its planner needs the statistics ``ANALYZE`` gathers, as
+autovacuum does, to read the index for rare words). Phrases are checked on the rows it finds with
+``pi_search_vector(search_text)``, which has the words' positions.
 
 Queries are written like web searches: words (all must match; ``AND`` between them is optional),
 ``"a phrase"``, ``word*`` (prefix), ``-word`` or ``NOT word`` (exclude), ``OR`` between
 alternatives (AND binds tighter: ``a b OR c`` is ``(a AND b) OR c``). AND and NOT are
 operators in upper case only (OR in any case). Words are runs of letters and digits, as both
 indexes split text, so ``foo-bar`` searches the phrase ``foo bar``. :func:`parse_query` turns
-the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or a ``to_tsquery`` one
-with the same meaning.
+the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or PostgreSQL's
+``tsquery`` texts with the same meaning.
 """
 
 from __future__ import annotations
@@ -86,16 +87,36 @@ class Query:
             groups.append("(" + " & ".join(("!" if t.excluded else "") + _ts_term(t) for t in terms) + ")")
         return " | ".join(groups)
 
+    def words_tsquery(self) -> str:
+        """The ``tsquery`` text (its input syntax: no parser) that PostgreSQL's index of the rows'
+        words (``pi_search_words``) answers: the words of each alternative's terms, all present;
+        excluded words absent. Exact unless :meth:`has_phrase`: an excluded phrase is left out
+        here, a phrase becomes its words (the rows found are then checked with :meth:`tsquery`)."""
+        groups = []
+        for terms in self.alternatives:
+            parts = [f"!{_ts_term(t)}" for t in terms if t.excluded and len(t.words) == 1]
+            parts[:0] = [" & ".join(_ts_words(t)) for t in terms if not t.excluded]
+            groups.append("(" + " & ".join(parts) + ")")
+        return " | ".join(groups)
+
+    def has_phrase(self) -> bool:
+        """Whether a term has several words (a phrase: their order matters)."""
+        return any(len(t.words) > 1 for terms in self.alternatives for t in terms)
+
 
 def _fts5_term(term: Term) -> str:
     return '"' + " ".join(term.words) + '"' + (" *" if term.prefix else "")
 
 
-def _ts_term(term: Term) -> str:
+def _ts_words(term: Term) -> list[str]:
     words = [f"'{w}'" for w in term.words]
     if term.prefix:
         words[-1] += ":*"
-    return "(" + " <-> ".join(words) + ")"
+    return words
+
+
+def _ts_term(term: Term) -> str:
+    return "(" + " <-> ".join(_ts_words(term)) + ")"
 
 
 def parse_query(query: str) -> Query:
@@ -274,7 +295,7 @@ def rebuild(engine: Engine) -> int:
         conn.autocommit = True
         for (name,) in conn.execute(_LEFT_BY_A_STOPPED_REBUILD).fetchall():
             _within_lock_timeout(engine, conn, f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        _within_lock_timeout(engine, conn, "REINDEX INDEX CONCURRENTLY ix_entries_search_vector")
+        _within_lock_timeout(engine, conn, "REINDEX INDEX CONCURRENTLY ix_entries_search_words")
         return conn.execute("SELECT count(*) FROM entries WHERE search_text <> ''").fetchone()[0]
     except engine.dialect.loaded_dbapi.Error as exc:
         raise driver_error(engine, exc) from exc
@@ -328,4 +349,4 @@ def _within_lock_timeout(engine: Engine, conn: Any, sql: str) -> None:
 _LEFT_BY_A_STOPPED_REBUILD = r"""
 SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE i.indrelid = 'entries'::regclass AND NOT i.indisvalid
-AND (c.relname LIKE 'ix\_entries\_search\_vector\_ccnew%' OR c.relname LIKE 'ix\_entries\_search\_vector\_ccold%')"""
+AND (c.relname LIKE 'ix\_entries\_search\_words\_ccnew%' OR c.relname LIKE 'ix\_entries\_search\_words\_ccold%')"""

@@ -87,7 +87,7 @@ def search(engine: Engine, query: str, *, session: str | None = None, role: str 
     with read_transaction(engine) as conn:
         session_pk = None if session is None else queries.stored_session(conn, session).pk
         sqlite = is_sqlite(conn)
-        match = parsed.fts5() if sqlite else parsed.tsquery()
+        match = parsed.fts5() if sqlite else _pg_match(parsed)
         sessions: dict[int, _SessionPath] = {}
         chosen: list[tuple[Row, Provenance]] = []
         before = None
@@ -150,13 +150,27 @@ def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | No
     where = "".join(f" AND {f}" for f in filters)
     if sqlite:
         source = "entries_fts AS f JOIN entries AS e ON e.pk = f.rowid WHERE entries_fts MATCH :q"
-    else:  # the query as a literal: a prepared statement's generic plan cannot see how rare a word is
-        literal = "'" + match.replace("'", "''") + "'"  # words are letters and digits (fts.parse_query)
-        source = f"entries AS e WHERE pi_search_vector(e.search_text) @@ to_tsquery('simple', {literal})"
+    else:
+        source = f"entries AS e WHERE {match}"
     stmt = text(f"SELECT {_COLUMNS} FROM {source}{where} ORDER BY {key} DESC LIMIT :n")
     params = {"q": match, "spk": session_pk, "role": None if role is None else db_text(role), "before": before,
               "n": count}
     return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
+
+
+def _pg_match(query: fts.Query) -> str:
+    """PostgreSQL's condition for ``query``: the rows whose words it asks for (the GIN index on
+    ``pi_search_words``), and where it has a phrase, the phrase checked on them with the words'
+    positions (``pi_search_vector``). The queries as literals: a prepared statement's generic plan
+    cannot see how rare a word is (words are letters and digits: ``fts.parse_query``)."""
+    words = f"pi_search_words(e.search_text) @@ CAST(lower({_literal(query.words_tsquery())}) AS tsquery)"
+    if not query.has_phrase():
+        return words
+    return f"{words} AND pi_search_vector(e.search_text) @@ to_tsquery('simple', {_literal(query.tsquery())})"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _snippets(conn: Connection, query: fts.Query, keys: list[tuple[int, int]]) -> dict[int, str]:

@@ -440,8 +440,8 @@ def _check_postgresql(engine: Engine, health: DatabaseHealth) -> None:
                                      "WHERE relid = to_regclass('entries')")).first() is not None
         failures = conn.execute(text("SELECT checksum_failures FROM pg_stat_database "
                                      "WHERE datname = current_database()")).scalar()
-    copies = [name for name in invalid if name.startswith(("ix_entries_search_vector_ccnew",  # fts rebuild's
-                                                           "ix_entries_search_vector_ccold"))]
+    copies = [name for name in invalid if name.startswith(("ix_entries_search_words_ccnew",  # fts rebuild's
+                                                           "ix_entries_search_words_ccold"))]
     if copies and building:
         health.checks[-2] = "valid indexes (an index is being rebuilt: its new copy is not checked)"
     elif copies:

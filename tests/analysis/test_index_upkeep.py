@@ -131,9 +131,9 @@ def test_a_postgresql_rebuild_lets_writers_and_searches_go_on(tmp_path) -> None:
         sm.append_message({"role": "user", "content": "before the rebuild", "timestamp": 1})
         plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         with psycopg.connect(plain, autocommit=True) as admin:  # what a stopped rebuild leaves behind
-            admin.execute("CREATE INDEX ix_entries_search_vector_ccnew ON entries (seq)")
+            admin.execute("CREATE INDEX ix_entries_search_words_ccnew ON entries (seq)")
             admin.execute("UPDATE pg_index SET indisvalid = false "
-                          "WHERE indexrelid = 'ix_entries_search_vector_ccnew'::regclass")
+                          "WHERE indexrelid = 'ix_entries_search_words_ccnew'::regclass")
         writer = psycopg.connect(plain)
         writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")  # a write transaction, left open
         rebuilt: list[int] = []
@@ -162,7 +162,7 @@ def test_a_postgresql_rebuild_lets_writers_and_searches_go_on(tmp_path) -> None:
         with store.engine.connect() as conn:
             indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
                                         "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
-        assert indexes == [("ix_entries_search_vector", True)]
+        assert indexes == [("ix_entries_search_words", True)]
 
 
 def test_a_postgresql_rebuild_held_past_the_lock_timeout_fails_in_one_line_and_the_next_cleans_up() -> None:
@@ -185,14 +185,14 @@ def test_a_postgresql_rebuild_held_past_the_lock_timeout_fails_in_one_line_and_t
         assert len(done.stderr.strip().splitlines()) == 1
         with store.engine.connect() as conn:  # the copy it began, left invalid
             assert conn.execute(text("SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                                     "WHERE c.relname = 'ix_entries_search_vector_ccnew' "
+                                     "WHERE c.relname = 'ix_entries_search_words_ccnew' "
                                      "AND NOT i.indisvalid")).scalar() == 1
         again = subprocess.run(cli, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr
         with store.engine.connect() as conn:
             indexes = conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
                                         "ON c.oid = i.indexrelid WHERE c.relname LIKE 'ix_entries_search%'")).all()
-        assert indexes == [("ix_entries_search_vector", True)]
+        assert indexes == [("ix_entries_search_words", True)]
 
 
 def test_verify_tells_a_rebuild_in_progress_from_one_that_stopped() -> None:
@@ -222,7 +222,7 @@ def test_verify_tells_a_rebuild_in_progress_from_one_that_stopped() -> None:
             assert rebuilding.wait(60) == 1  # stopped: its copy stays, invalid
             writer.rollback()
         stopped = check_database(store)
-        assert stopped.problems == ["invalid index(es) ix_entries_search_vector_ccnew left by a stopped "
+        assert stopped.problems == ["invalid index(es) ix_entries_search_words_ccnew left by a stopped "
                                     "`pi-store fts rebuild`: run it again (it drops them)"]
         assert subprocess.run(rebuild, capture_output=True, timeout=120).returncode == 0
         assert check_database(store).ok

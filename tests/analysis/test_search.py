@@ -140,6 +140,34 @@ def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
     query = parse_query('alpha "beta gamma" delt* -epsilon OR zeta-eta')
     assert query.fts5() == '("alpha" AND "beta gamma" AND "delt" * NOT "epsilon") OR ("zeta eta")'
     assert query.tsquery() == "(('alpha') & ('beta' <-> 'gamma') & ('delt':*) & !('epsilon')) | (('zeta' <-> 'eta'))"
+    # PostgreSQL's index of words (migration 0015): a phrase's words, an excluded phrase checked later
+    assert query.words_tsquery() == "('alpha' & 'beta' & 'gamma' & 'delt':* & !('epsilon')) | ('zeta' & 'eta')"
+    assert query.has_phrase()
+    excluded_phrase = parse_query('alpha -"beta gamma"')
+    assert (excluded_phrase.words_tsquery(), excluded_phrase.has_phrase()) == ("('alpha')", True)
+    assert not parse_query("alpha delt* -epsilon").has_phrase()
+
+
+def test_words_are_runs_of_letters_and_digits_on_both_engines(store: SessionStore) -> None:
+    """PostgreSQL's text-search parser reads ``0e02b2c3`` as a number and a word and
+    ``v1.2.3`` as a version; its index of words (migration 0015) splits as SQLite does."""
+    sm = store.create("/work/words")
+    uuid = sm.append_message({"role": "user", "content": "request f47ac10b-58cc-0e02b2c3d479 and 1e293x",
+                              "timestamp": 1})
+    version = sm.append_message({"role": "user", "content": "pinned v1.2.3 of Überzeug", "timestamp": 2})
+    order = sm.append_message({"role": "user", "content": "gamma beta, then alpha", "timestamp": 3})
+    assert only(store.search("0e02b2c3d479")).entry_id == uuid
+    assert only(store.search("1e293x")).entry_id == uuid
+    assert only(store.search('"58cc 0e02b2c3d479"')).entry_id == uuid
+    assert store.search("0e02") == [] and store.search("1e293") == []
+    assert only(store.search("0e02b*")).entry_id == uuid
+    assert only(store.search("v1.2.3")).entry_id == version
+    assert only(store.search("überzeug")).entry_id == version
+    assert only(store.search("alpha beta")).entry_id == order
+    assert store.search('"alpha beta"') == []
+    assert only(store.search('"gamma beta" -"then beta"')).entry_id == order
+    assert store.search('alpha -"gamma beta"') == []
+    assert only(store.search('"beta alpha" OR "then alpha"')).entry_id == order
 
 
 @pytest.mark.sync_api_only("session_from_entries: not in the async API")
