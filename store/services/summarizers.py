@@ -15,6 +15,7 @@ instead of raising; the compaction code decides that such a response is never st
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -177,8 +178,9 @@ class OpenAICompatibleSummarizer:
     ``api_key`` goes into ``Authorization: Bearer`` when given. One non-streaming request per
     summary: a system message, one user message, ``max_tokens`` when a cap is given; nothing
     about prompt caching. ``finish_reason`` "length" → stop reason "length"; tool calls in the
-    answer → ``has_tool_call``; an HTTP error, a transport error or an unreadable answer →
-    stop reason "error" with a message.
+    answer → ``has_tool_call``; "stop", "end" or none → "stop"; any other (``content_filter``,
+    ``network_error``: a summary cut short), an HTTP error, a transport error or an unreadable
+    answer → stop reason "error" with a message.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *,
@@ -236,7 +238,8 @@ class OpenAICompatibleSummarizer:
         url = _completions_url(self.base_url)
         try:
             with httpx.Client(timeout=self.timeout, transport=self._transport) as client:
-                response = client.post(url, json=body, headers=headers)
+                # ASCII-escaped, as JSON.stringify escapes a lone surrogate (UTF-8 cannot carry one)
+                response = client.post(url, content=json.dumps(body).encode(), headers=headers)
         except (httpx.HTTPError, httpx.InvalidURL) as error:  # InvalidURL: not an HTTPError
             return SummaryResponse("", "error", error_message=f"request to {url} failed: {error}")
         if response.status_code >= 400:
@@ -246,11 +249,12 @@ class OpenAICompatibleSummarizer:
                 error_message=f"HTTP {response.status_code} from {url}" + (f": {excerpt}" if excerpt else ""))
         try:
             data = response.json()
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested deeper than json can read
             return SummaryResponse("", "error", error_message=f"unreadable answer from {url}: {error!r}")
         usage = _usage_from_openai(data.get("usage") if isinstance(data, dict) else None)
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):  # the server's own words
-            return SummaryResponse("", "error", usage, error_message=f"{url}: {data['error'].get('message')}")
+        if isinstance(data, dict) and data.get("error"):  # the server's own words
+            said = data["error"].get("message") if isinstance(data["error"], dict) else data["error"]
+            return SummaryResponse("", "error", usage, error_message=f"{url}: {said}")
         try:
             choice = data["choices"][0]
             message = choice.get("message") or {}
@@ -262,13 +266,13 @@ class OpenAICompatibleSummarizer:
         finish = choice.get("finish_reason")
         has_tool_call = (bool(message.get("tool_calls")) or bool(message.get("function_call"))
                          or finish in ("tool_calls", "function_call"))
+        error_message = None
         if finish == "length":
             stop = "length"
         elif finish in ("tool_calls", "function_call") or has_tool_call:
             stop = "toolUse"
-        elif finish in ("error",):
-            stop = "error"
-        else:
+        elif finish in (None, "stop", "end"):
             stop = "stop"
-        return SummaryResponse(text, stop, usage, has_tool_call=has_tool_call,
-                               error_message="the server reported an error" if stop == "error" else None)
+        else:  # as Pi's provider: content_filter, network_error, anything unknown (a summary cut short)
+            stop, error_message = "error", f"{url}: the answer ended with finish_reason {finish!r}"
+        return SummaryResponse(text, stop, usage, has_tool_call=has_tool_call, error_message=error_message)

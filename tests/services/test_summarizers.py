@@ -210,7 +210,7 @@ def test_compaction_through_the_server_uses_the_caps(chat_server: ChatServer, mo
     assert result.usage["totalTokens"] == 300 and result.usage["cacheRead"] == 40
 
 
-@pytest.mark.parametrize("bad", ["length", "tool_calls", "500"])
+@pytest.mark.parametrize("bad", ["length", "tool_calls", "500", "content_filter", "network_error", "unknown"])
 def test_compaction_refuses_bad_answers(chat_server: ChatServer, bad: str) -> None:
     prep = prepare_compaction(_split_turn_path(), CompactionSettings(keep_recent_tokens=800))
     assert prep is not None
@@ -219,8 +219,10 @@ def test_compaction_refuses_bad_answers(chat_server: ChatServer, bad: str) -> No
     elif bad == "tool_calls":
         call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
         second = (200, ChatServer.answer("", finish="tool_calls", tool_calls=[call]))
-    else:
+    elif bad == "500":
         second = (500, "internal error")
+    else:  # as Pi's provider: a finish reason it does not know is an error (a summary cut short)
+        second = (200, ChatServer.answer("PREF", finish=bad))
     chat_server.queue((200, ChatServer.answer("HISTORY")), second)
     with pytest.raises(SummaryFailed):
         compact(prep, OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5))
@@ -260,7 +262,9 @@ def test_a_branch_summary_without_text_is_kept_as_pi_keeps_it(chat_server: ChatS
     ({"choices": [{"message": "plain string"}]}, "the choice's message is a str"),
     ({"choices": [{"message": ["a"]}]}, "the choice's message is a list"),
     ({"error": {"message": "model overloaded"}}, "model overloaded"),
+    ({"error": "quota exceeded"}, "quota exceeded"),
     ("[1, 2]", "unreadable answer"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable answer"),  # deeper than json reads: RecursionError
 ])
 def test_odd_answers_are_errors_that_say_what_came(chat_server: ChatServer, payload: Any, said: str) -> None:
     """A message that is not an object raised AttributeError out of summarize(); an error body
@@ -268,6 +272,15 @@ def test_odd_answers_are_errors_that_say_what_came(chat_server: ChatServer, payl
     chat_server.queue((200, payload))
     response = OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5).summarize("s", "p", 10)
     assert response.stop_reason == "error" and said in response.error_message, response.error_message
+
+
+def test_a_lone_surrogate_in_the_prompt_is_sent_escaped(chat_server: ChatServer) -> None:
+    """Pi's files may hold lone surrogates; UTF-8 cannot carry one (httpx's own JSON encoding
+    raised UnicodeEncodeError out of summarize()); JSON's escape can, as JSON.stringify writes it."""
+    chat_server.queue((200, ChatServer.answer("SUMMARY")))
+    response = OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5).summarize("s", "p \ud800 q", 10)
+    assert (response.stop_reason, response.text) == ("stop", "SUMMARY")
+    assert chat_server.requests[0]["body"]["messages"][1]["content"] == "p \ud800 q"
 
 
 def test_a_url_or_key_that_cannot_be_sent_is_said_so() -> None:
