@@ -89,6 +89,28 @@ def test_compact_run_json(compactable: str) -> None:
     assert 251 < doc["tokensAfter"] < 3614 and re.fullmatch(r"[0-9a-f]{8}", doc["compactionId"])
 
 
+def test_compact_prints_a_token_count_that_came_as_a_string(tmp_path: Path, db_url: str) -> None:
+    """Pi's estimate adds up a file's ``totalTokens`` as JavaScript does: a string stays one.
+    Printing it with thousands separators raised after the compaction was stored (exit 1)."""
+    lines = [
+        {"type": "session", "version": 3, "id": "strtok", "timestamp": "2024-01-01T00:00:00.000Z", "cwd": "/w"},
+        {"type": "message", "id": "b1", "parentId": None, "timestamp": "2024-01-01T00:00:01.000Z",
+         "message": {"role": "user", "content": "first question, long enough to be summarised", "timestamp": 1}},
+        {"type": "message", "id": "b2", "parentId": "b1", "timestamp": "2024-01-01T00:00:02.000Z",
+         "message": {"role": "assistant", "content": [{"type": "text", "text": "answer"}], "provider": "p",
+                     "model": "m", "stopReason": "stop", "timestamp": 2,
+                     "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": "100"}}},
+        {"type": "message", "id": "b3", "parentId": "b2", "timestamp": "2024-01-01T00:00:03.000Z",
+         "message": {"role": "user", "content": "second question", "timestamp": 3}},
+    ]
+    (tmp_path / "strtok.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli(db_url, "import", str(tmp_path / "strtok.jsonl"))[0] == 0
+    code, out, _ = cli(db_url, "compact", "strtok", "--keep-recent", "1", "--dry-run")
+    assert code == 0 and re.search(r"tokens      100\d+ before", out), out  # "100" + the estimate after it
+    code, out, _ = cli(db_url, "compact", "strtok", "--keep-recent", "1", "--summarizer", "deterministic")
+    assert code == 0 and " appended" in out.splitlines()[0]
+
+
 @pytest.mark.parametrize("value", ["-5", "-1", "abc", "1.5"])
 def test_compact_rejects_bad_numbers(tmp_path: Path, value: str) -> None:
     for option in ("--keep-recent", "--reserve"):

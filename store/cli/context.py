@@ -54,9 +54,9 @@ def compact_command(session: str, keep_recent: int, reserve: int, dry_run: bool,
         if dry_run:
             doc = {"sessionId": session, "dryRun": True, "plan": preparation.describe_json(),
                    "keptEntryIds": kept_ids, "keptTokens": kept_tokens}
+            before, kept = _count(preparation.tokens_before), _count(kept_tokens)
             _show(doc, as_json, [f"{session}: dry run, nothing stored", *_plan_lines(preparation, kept_ids),
-                                 f"  tokens      {preparation.tokens_before:,} before, ~{kept_tokens:,} kept "
-                                 "verbatim (plus the summary) after"])
+                                 f"  tokens      {before} before, ~{kept} kept verbatim (plus the summary) after"])
             return
         engine = (services.DeterministicSummarizer() if summarizer == "deterministic"
                   else services.OpenAICompatibleSummarizer.from_env())
@@ -68,8 +68,15 @@ def compact_command(session: str, keep_recent: int, reserve: int, dry_run: bool,
     doc = {"sessionId": session, "compacted": True, "compactionId": entry_id,
            "tokensBefore": preparation.tokens_before, "tokensAfter": tokens_after.tokens,
            "firstKeptEntryId": preparation.first_kept_entry_id}
+    before, after_count = _count(preparation.tokens_before), _count(tokens_after.tokens)
     _show(doc, as_json, [f"{session}: compaction {entry_id} appended", *_plan_lines(preparation, kept_ids),
-                         f"  tokens      {preparation.tokens_before:,} before, {tokens_after.tokens:,} after"])
+                         f"  tokens      {before} before, {after_count} after"])
+
+
+def _count(tokens: Any) -> str:
+    """A token estimate for people: a number with thousands separators; else as it came (Pi's
+    estimate adds up what usage says, and a file's ``totalTokens`` may be a string: ``"1004"``)."""
+    return f"{tokens:,}" if isinstance(tokens, int | float) and not isinstance(tokens, bool) else str(tokens)
 
 
 def _show(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
