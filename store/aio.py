@@ -359,10 +359,12 @@ class AsyncSessionManager:
 
     async def branch_with_generated_summary(
         self, target_id: str | None, summarizer: AsyncSummarizer | services.Summarizer, **options: Any
-    ) -> str:
+    ) -> str | None:
         """``SessionManager.branch_with_generated_summary``; a cancellation while the summary is
         being made stops it and writes nothing (as :meth:`compact`)."""
         old_path, target_path = await _run(self.sync.paths_to_summarize, target_id)
+        if await _run(self.sync.left_nothing, old_path, target_path, target_id):
+            return None
         result = await greenlet_spawn(services.summarize_branch, old_path, target_path, _OnTheLoop(summarizer),
                                       **options)
         return await _run(self.sync.branch_with_summary, target_id, result.summary, details=result.details,

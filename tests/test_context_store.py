@@ -106,6 +106,18 @@ def test_branch_with_generated_summary(store: SessionStore) -> None:
     assert sm.build_session_projection().messages[-1]["role"] == "branchSummary"
 
 
+def test_a_branch_summary_of_nothing_left_behind_moves_the_leaf_and_writes_nothing(store: SessionStore) -> None:
+    """Moving to the leaf itself or further along its path leaves no entry behind: Pi moves
+    without a summary; a "Nothing to summarize." summary was written into the model's context."""
+    sm, ids = build_long_session(store, turns=3)
+    entries = len(sm.get_entries())
+    assert sm.branch_with_generated_summary(sm.get_leaf_id(), services.DeterministicSummarizer()) is None
+    sm.branch(ids[1])
+    assert sm.branch_with_generated_summary(ids[2], services.DeterministicSummarizer()) is None
+    assert sm.get_leaf_id() == ids[2] and len(store.open(sm.get_session_id()).get_entries()) == entries
+    assert all(m["role"] != "branchSummary" for m in sm.build_session_projection().messages)
+
+
 def test_cli_compact_plans_and_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with SessionStore.connect(url) as store:

@@ -214,8 +214,8 @@ def generate_branch_summary(entries: Sequence[Any], summarizer: Summarizer, *,
     transcript is ``context_window - reserve_tokens`` (window 128000 when not given)."""
     window = context_window or DEFAULT_CONTEXT_WINDOW
     prepared = prepare_branch_entries(entries, window - reserve_tokens)
-    if not prepared.messages:
-        return BranchSummaryResult(_NOTHING_TO_SUMMARIZE, None, None)
+    if not prepared.messages:  # (Pi stores its file lists, empty, all the same)
+        return BranchSummaryResult(_NOTHING_TO_SUMMARIZE, {"readFiles": [], "modifiedFiles": []}, None)
     if replace_instructions and custom_instructions:
         instructions = custom_instructions
     elif custom_instructions:

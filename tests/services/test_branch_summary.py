@@ -117,4 +117,4 @@ def test_branch_summary_failures_and_empty_branch() -> None:
         with pytest.raises(SummaryFailed):
             generate_branch_summary(entries, DeterministicSummarizer(fail=fail))
     empty = generate_branch_summary([], DeterministicSummarizer())
-    assert empty.usage is None and empty.details is None and empty.summary
+    assert empty.usage is None and empty.details == {"readFiles": [], "modifiedFiles": []} and empty.summary
