@@ -71,6 +71,28 @@ def test_pi_opens_api_written_sessions_as_we_describe_them(tmp_path: Path) -> No
         assert js_diff(theirs[field], ours[field], field) is None, js_diff(theirs[field], ours[field], field)
 
 
+def test_pi_opens_a_compacted_v1_session_as_we_describe_it(tmp_path: Path) -> None:
+    """Written to, a migrated (v1) session exports in its v3 form: Pi then finds the entries the
+    compaction keeps (from the v1 bytes, it migrated them again with new ids and kept none)."""
+    from store import services
+    from tests.oracle_support import FIXTURES
+
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        session_id = store.import_jsonl(FIXTURES / "sessions" / "legacy-v1.jsonl")
+        sm = store.open(session_id)
+        assert sm.compact(services.DeterministicSummarizer(), services.CompactionSettings(keep_recent_tokens=5))
+        sm.append_message({"role": "user", "content": "after the compaction", "timestamp": 9})
+        out = tmp_path / "v1.jsonl"
+        store.export_jsonl(session_id, out)
+        ours = describe_session(store, session_id, all_leaves=True)
+    theirs = run_describe(out, all_leaves=True)
+    assert theirs["openError"] is None and theirs["fileAfterOpen"]["changed"] is False
+    kept = [m["role"] for m in theirs["sessionContext"]["messages"]]
+    assert kept[0] == "compactionSummary" and len(kept) > 2
+    for field in ("entries", "leafId", "sessionContext"):
+        assert js_diff(theirs[field], ours[field], field) is None, js_diff(theirs[field], ours[field], field)
+
+
 @pytest.mark.parametrize("last", ["complete", "cut"])
 def test_an_append_after_a_file_without_final_newline_matches_pi(tmp_path: Path, last: str) -> None:
     """What the store does to an imported file whose last line has no newline (it ends that line

@@ -237,7 +237,9 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
               help="File (default, or -: stdout).")
 @click.option("--all", "all_dir", type=click.Path(file_okay=False),
               help="Write every session into this folder, in Pi's layout (--<cwd>--/<time>_<id>.jsonl).")
-@click.option("--as-migrated", is_flag=True, help="Write the v3 form Pi would have rewritten on open.")
+@click.option("--as-migrated", is_flag=True,
+              help="Write the v3 form Pi would have rewritten on open (always, for a v1/v2 session the store has "
+                   "written to).")
 @click.option("--json", "as_json", is_flag=True, help="With --all: one JSON line per file written.")
 def export_command(session: str | None, output: str | None, all_dir: str | None, as_migrated: bool,
                    as_json: bool) -> None:

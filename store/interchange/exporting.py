@@ -101,10 +101,20 @@ def session_sha256(conn: Connection, session_pk: int, limit: int | None = None,
 
 def iter_export(store: SessionStore, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:
     """The session's bytes in chunks of whole lines. ``as_migrated`` (for a file that needed
-    migration): Pi's rewrite — every line Pi keeps, in its v3 form, ``\\n``-terminated."""
+    migration): Pi's rewrite — every line Pi keeps, in its v3 form, ``\\n``-terminated — which is
+    also what a migrated session the store has written to exports as (:func:`in_migrated_form`)."""
     with read_transaction(store.engine) as conn:
         row = queries.stored_session(conn, session_id)
-        yield from session_bytes(conn, row.pk, as_migrated and row.migrated_from is not None)
+        yield from session_bytes(conn, row.pk, in_migrated_form(row.migrated_from, row.diverged_seq, as_migrated))
+
+
+def in_migrated_form(migrated_from: Any, diverged_seq: int | None, asked: bool) -> bool:
+    """Whether a session exports in its migrated (v3) form: when asked, for a file that needed
+    migration; and always once the store has written to such a session (``diverged_seq``): the
+    rows it wrote name entries by the ids the migration gave them, which the file's own (v1)
+    lines do not hold — Pi, migrating that file again, would draw new ones and lose the links
+    (Pi itself rewrites a file it migrated as soon as it opens it)."""
+    return migrated_from is not None and (asked or diverged_seq is not None)
 
 
 def export_jsonl(store: SessionStore, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
@@ -334,18 +344,19 @@ def export_all(store: SessionStore, directory: str | os.PathLike, as_migrated: b
     with read_transaction(store.engine) as conn:
         listing = conn.execute(select(
             sessions.c.pk, sessions.c.session_id, sessions.c.cwd, sessions.c.created, sessions.c.header_seq,
-            sessions.c.migrated_from,
+            sessions.c.migrated_from, sessions.c.diverged_seq,
         ).order_by(sessions.c.pk)).all()
     targets = export_paths((row.session_id, row.cwd, row.created, row.header_seq is not None) for row in listing)
     done: list[ExportedFile] = []
-    for pk, session_id, _, _, _, migrated_from in listing:
+    for pk, session_id, _, _, _, migrated_from, diverged_seq in listing:
         target = targets[session_id]
         path = root / target.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             refuse_store_files(store, path)
             with read_transaction(store.engine) as conn:
-                written = write_atomically(path, session_bytes(conn, pk, as_migrated and migrated_from is not None))
+                written = write_atomically(path, session_bytes(conn, pk, in_migrated_form(migrated_from, diverged_seq,
+                                                                                      as_migrated)))
             exported = ExportedFile(session_id, path, written, target.notes)
         except (OSError, SQLAlchemyError, StoreError) as exc:
             exported = ExportedFile(session_id, path, 0, target.notes, f"{type(exc).__name__}: {exc}")

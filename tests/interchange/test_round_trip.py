@@ -111,6 +111,24 @@ def test_export_as_migrated_equals_what_pi_rewrites(tmp_path: Path, case) -> Non
         assert mine == theirs
 
 
+def test_a_migrated_session_the_store_wrote_to_exports_in_its_migrated_form(store: SessionStore) -> None:
+    """A v1 file's lines hold no ids; the rows the store appends name the ids the migration gave
+    its entries. Exported after the file's own bytes, they named nothing once Pi migrated the file
+    again (with new ids): a compaction kept nothing. Once written to, it exports as Pi rewrites it."""
+    path = next(p for p in FILES if p.name == "legacy-v1.jsonl")
+    session_id = store.import_file(path).session_id
+    assert b"".join(store.iter_export(session_id)) == path.read_bytes()  # the file's bytes until then
+    sm = store.open(session_id)
+    first_kept = sm.get_branch()[-2]["id"]
+    sm.append_compaction("summary", first_kept, 1000)
+    exported = b"".join(store.iter_export(session_id))
+    assert exported == b"".join(store.iter_export(session_id, as_migrated=True))
+    lines = [json.loads(line) for line in exported.decode().splitlines()]
+    assert lines[0]["version"] == CURRENT_SESSION_VERSION and lines[-1]["type"] == "compaction"
+    ids = {line.get("id") for line in lines[1:]}
+    assert lines[-1]["firstKeptEntryId"] in ids and all(line["parentId"] in ids | {None} for line in lines[1:])
+
+
 def test_both_engines_round_trip_and_reimport(store: SessionStore, tmp_path: Path) -> None:
     path = next(p for p in FILES if p.name == "edge-duplicate-ids.jsonl")
     report = store.import_file(path)
