@@ -483,7 +483,7 @@ def test_compact_then_pi_appends_then_sync_is_a_conflict_and_verify_says_diverge
     synced = cli("sync", str(tmp_path / "sessions"), "--json")
     assert synced.returncode == 1
     [report] = [json.loads(line) for line in synced.stdout.splitlines() if '"path"' in line]
-    assert report["status"] == "conflict" and "the store has written 1 row" in report["error"], report
+    assert report["status"] == "conflict" and "the store changed this session after the file" in report["error"], report
     with SessionStore.connect(db) as store:
         assert _row_count(store, info.id) == before + 1  # the compaction, and not Pi's line
         assert "pi-wrote-this" not in b"".join(store.iter_export(info.id)).decode("utf-8", "surrogateescape")

@@ -92,6 +92,22 @@ def _pks_of(store: SessionStore, session_id: str) -> set[int]:
 
 
 # ------------------------------------------------------------------------------------ delete
+def test_a_pruned_file_whose_lines_are_not_in_the_stores_form_is_not_damaged(store: SessionStore, tmp_path: Path,
+                                                                              clock):
+    """The rows after a prune's first removed line are the file's kept lines (CRLF-ended here)
+    and any the store wrote: verify required them all in the store's own form (damaged, exit 1)."""
+    lines = branched_lines("crlf", clock.now, "okapi")
+    source = tmp_path / "crlf.jsonl"
+    source.write_bytes("".join(line + "\r\n" for line in lines).encode())
+    store.import_file(source)
+    assert store.prune(POLICY, apply=True).trimmed
+    health = verify_session(store, "crlf")
+    assert (health.verdict, health.pruned, health.bytes_ok, health.canonical_ok) == ("diverged", True, True, None)
+    assert health.describe().startswith("diverged (pruned after line 3: ")
+    store.open("crlf").append_message({"role": "user", "content": "after the prune", "timestamp": 1})
+    assert verify_session(store, "crlf").verdict == "diverged"
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["after-fts-sync", "before-fts-sync"])
 def test_delete_leaves_everything_derived_consistent(store: SessionStore, tmp_path: Path, clock, indexed: bool):
     now = clock.now

@@ -293,10 +293,11 @@ def _lock(conn: Connection, path: Path, session_id: str) -> None:
 
 
 def _diverged_reason(session: Row) -> str:
-    """What the store added to a session after the file's lines (``diverged_seq`` is set)."""
-    added = session.last_seq - session.diverged_seq + 1
-    return (f"the store has written {added} row{'s' * (added != 1)} to this session after the file's line "
-            f"{session.diverged_seq} (API appends or a compaction): the store owns its history now")
+    """How the store's history of a session parts from the file's (``diverged_seq`` is set)."""
+    after = session.last_seq - session.diverged_seq + 1
+    return (f"the store changed this session after the file's line {session.diverged_seq} (API appends, a "
+            f"compaction or a prune; {after} row{'s' * (after != 1)} after that line now): the store owns its "
+            "history now")
 
 
 def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, prefer: str | None,

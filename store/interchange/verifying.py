@@ -70,8 +70,9 @@ class Health:
     size: int = 0  # bytes export writes
     sha256: str = ""  # of them
     file_lines: int | None = None  # diverged: the lines the file held (rows before ``diverged_seq``)
-    added_rows: int = 0  # diverged: rows the store wrote after them
+    added_rows: int = 0  # diverged: rows the store wrote after them (pruned: the rows after them)
     added_entries: int = 0
+    pruned: bool = False  # diverged by a prune: rows after the file's part may be the file's own lines
     bytes_ok: bool | None = None  # the file's part of the export == the imported file
     canonical_ok: bool | None = None  # the store's lines are Pi's JSON.stringify form
     tree_ok: bool | None = None
@@ -103,8 +104,10 @@ class Health:
             return "damaged: " + "; ".join(self.damage)
         if verdict == DIVERGED:
             rows, entries = self.added_rows, self.added_entries
-            return (f"diverged (+{rows} row{'s' * (rows != 1)}, {entries} entr{'y' if entries == 1 else 'ies'} "
-                    f"after line {self.file_lines})")
+            counted = f"{rows} row{'s' * (rows != 1)}, {entries} entr{'y' if entries == 1 else 'ies'}"
+            if self.pruned:
+                return f"diverged (pruned after line {self.file_lines}: {counted} after it)"
+            return f"diverged (+{counted} after line {self.file_lines})"
         if verdict == API:
             return "api (tree ok)"
         return verdict
@@ -113,6 +116,7 @@ class Health:
         return {
             "sessionId": self.session_id, "verdict": self.verdict, "ok": self.ok, "damage": self.damage,
             "fileLines": self.file_lines, "addedRows": self.added_rows, "addedEntries": self.added_entries,
+            "pruned": self.pruned,
             "rows": self.rows, "entries": self.entries, "skippedLines": self.skipped, "bytes": self.size,
             "sha256": self.sha256, "bytesMatch": self.bytes_ok, "canonical": self.canonical_ok,
             "treeMatch": self.tree_ok, "treeMismatches": self.tree_mismatches, "missingRows": self.missing_rows,
@@ -163,10 +167,15 @@ def _verify(conn: Connection, session: Row) -> Health:
                 prefix, file_size = session_sha256(conn, session.pk, limit=session.source_bytes)
             file_hash = prefix.hexdigest()
         if split is not None and file_size < session.source_bytes:  # prune dropped lines of the file
+            # the rows after them: the file's lines that prune kept (as the file wrote them) and
+            # any the store wrote; which are which is not recorded, so their form is not checked
+            health.pruned = True
             health.bytes_ok = _starts_the_file(session, file_size, file_hash)
             if health.bytes_ok is None:
                 health.details.append(f"lines 1-{split} not compared: prune removed later lines of the file, and "
                                       f"{session.source_path} is no longer the file that was imported")
+            health.details.append(f"rows after line {split}: the file's lines that prune kept and any the store "
+                                  "wrote (their form is not checked)")
         else:
             health.bytes_ok = file_hash == session.source_sha256 and file_size == session.source_bytes
         if health.bytes_ok is False:
@@ -279,7 +288,8 @@ def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: He
                 if stored_key != line_key:
                     keys_differ.setdefault(name, []).append(seq)
         added = seq >= store_rows_from
-        if added and kind != SKIPPED and (js_stringify(value) != line or raw is not None or eol != "\n"):
+        if added and not health.pruned and kind != SKIPPED and (
+                js_stringify(value) != line or raw is not None or eol != "\n"):
             not_canonical.append(seq)
         if diverged and added:
             health.added_rows += 1
@@ -299,7 +309,7 @@ def _check_rows(conn: Connection, session: Row, store_rows_from: int, health: He
     if missing:
         health.damage.append(f"rows missing ({len(missing)})")
         health.details.append("missing line(s) " + _listed(missing))
-    if store_rows_from <= session.last_seq:
+    if store_rows_from <= session.last_seq and not health.pruned:
         health.canonical_ok = not not_canonical
         if not_canonical:
             health.damage.append("lines the store wrote are not what it writes")
