@@ -222,15 +222,29 @@ def delete_sessions(engine: Engine, session_ids: str | Iterable[str], *, dry_run
 
 
 def _session_pks(conn: Connection, session_ids: list[str], *, lock: bool) -> dict[str, int]:
+    """The keys of the sessions named (those stored); ``lock``: their rows locked (PostgreSQL;
+    SQLite's ``BEGIN IMMEDIATE`` already holds the write lock)."""
     stmt = select(sessions.c.session_id, sessions.c.pk).where(
         sessions.c.session_id.in_(bindparam("ids", expanding=True)))
-    if lock and not is_sqlite(conn):  # SQLite: BEGIN IMMEDIATE already holds the write lock
-        stmt = stmt.with_for_update()
     given = {db_text(session_id): session_id for session_id in session_ids}  # ids are stored in this form
     found: dict[str, int] = {}
     for chunk in _chunks(list(given)):
         found.update((given[session_id], pk) for session_id, pk in conn.execute(stmt, {"ids": chunk}))
+    if lock and not is_sqlite(conn):
+        held = _lock_sessions(conn, list(found.values()))
+        found = {session_id: pk for session_id, pk in found.items() if pk in held}  # (deleted meanwhile)
     return found
+
+
+def _lock_sessions(conn: Connection, pks: list[int]) -> set[int]:
+    """PostgreSQL: lock these session rows in key order (``delete`` and ``prune`` alike, so that
+    they cannot deadlock); the keys of the rows that still exist."""
+    lock = select(sessions.c.pk).where(sessions.c.pk.in_(bindparam("pks", expanding=True))) \
+        .order_by(sessions.c.pk).with_for_update()
+    held: set[int] = set()
+    for chunk in _chunks(sorted(pks)):
+        held.update(conn.execute(lock, {"pks": chunk}).scalars())
+    return held
 
 
 def _measure(conn: Connection, column: str, keys: Sequence[int], session_pk: int | None = None) -> Removed:
@@ -279,7 +293,9 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     report = PruneReport(applied=apply, policy=policy, cutoff_ms=cutoff)
     transaction = write_transaction if apply else read_transaction
     with transaction(engine) as conn:
-        candidates = _candidates(conn, policy, cutoff, report, lock=apply)
+        candidates = _candidates(conn, policy, cutoff, report)
+        if apply and not is_sqlite(conn) and candidates:  # SQLite: BEGIN IMMEDIATE holds the write lock
+            candidates = _locked_candidates(conn, policy, cutoff, candidates)
         if policy.delete_sessions:
             found = {row.session_id: row.pk for row in candidates}
             report.deleted = list(found)
@@ -301,15 +317,20 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     return report
 
 
-def _candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, report: PruneReport, *,
-                lock: bool) -> list:
+def _locked_candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, candidates: list) -> list:
+    """PostgreSQL: lock the rows of the sessions to trim — those alone, so that writers of the
+    sessions kept whole never wait, and in key order, as ``delete`` locks, so that the two cannot
+    deadlock — then choose again: a session written to meanwhile may be recent now."""
+    chosen = _lock_sessions(conn, [row.pk for row in candidates])
+    return [row for row in _candidates(conn, policy, cutoff, PruneReport(False, policy, cutoff)) if row.pk in chosen]
+
+
+def _candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, report: PruneReport) -> list:
     """Sessions not kept whole: modified before the cutoff and not among the latest of their cwd."""
     s = sessions.c
     stmt = (select(s.pk, s.session_id, s.cwd, s.modified_ms, s.pi_valid, s.leaf_seq, s.last_seq, s.source_sha256,
                    s.diverged_seq, s.source_mtime_ms)
             .order_by(s.cwd, s.modified_ms.desc().nulls_last(), s.pk.desc()))
-    if lock and not is_sqlite(conn):
-        stmt = stmt.with_for_update()
     rank: dict[str, int] = {}
     out = []
     for row in conn.execute(stmt):

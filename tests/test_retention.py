@@ -108,6 +108,23 @@ def test_a_pruned_file_whose_lines_are_not_in_the_stores_form_is_not_damaged(sto
     assert verify_session(store, "crlf").verdict == "diverged"
 
 
+def test_postgresql_prune_locks_only_the_sessions_it_trims(tmp_path: Path, clock, monkeypatch) -> None:
+    """It locked every session row for its whole transaction: an append to a recent session
+    waited for it, and failed once that took longer than the lock timeout."""
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with scratch_pg_database("pi_store_prune_lock") as url, SessionStore.connect(url, clock=clock) as store:
+        _import(store, tmp_path, "old", "okapi", clock.now)
+        recent = store.create("/work/project")
+        recent.append_message({"role": "user", "content": "recent", "timestamp": clock.now})
+        with store.engine.connect() as writer:  # a writer in the middle of a write to the recent session
+            writer.execute(text("SELECT 1 FROM sessions WHERE session_id = :s FOR UPDATE"),
+                           {"s": recent.get_session_id()})
+            report = store.prune(POLICY, apply=True)
+            writer.rollback()
+        assert [trim.session_id for trim in report.trimmed] == ["old"]
+        assert report.kept_whole == 1
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["after-fts-sync", "before-fts-sync"])
 def test_delete_leaves_everything_derived_consistent(store: SessionStore, tmp_path: Path, clock, indexed: bool):
     now = clock.now
