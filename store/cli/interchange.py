@@ -24,7 +24,7 @@ from store.cli.output import plural
 from store.db.faults import error_line, waits_too_long
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
-from store.interchange.importing import PREFER, ImportReport
+from store.interchange.importing import BUSY, PREFER, ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
 from store.interchange.verifying import (
     API,
@@ -216,9 +216,15 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
         return
     summary = Summary()
     started = time.monotonic()
+    again: dict[str, ImportReport] = {}  # told, to be tried again: counted only if still so at the end
 
     def on_report(report: ImportReport) -> None:
-        summary.add(report)
+        if report.status == BUSY or report.retry:
+            again[report.path] = report
+        else:  # the file's outcome (and its folder, if it could not be read before, can be now)
+            for path in [p for p in again if p == report.path or report.path.startswith(p.rstrip(os.sep) + os.sep)]:
+                del again[path]
+            summary.add(report)
         if report.status != "unchanged" or report.note:  # a diverged session says so every time
             _print_report(report, as_json)
 
@@ -227,6 +233,8 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
         watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
               keep_non_sessions=keep_non_sessions, on_report=on_report,
               after_round=lambda: _index_imports(store))
+    for report in again.values():
+        summary.add(report)
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
 

@@ -41,13 +41,14 @@ _MAY_PASS = (SessionChanged, SessionClaimed, SessionExists, FileChanged)
 SETTLE_SECONDS = 2.0  # a file ending in an unfinished line this recently is probably being written
 
 
-def session_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+def session_files(paths: Iterable[str | os.PathLike], unreadable: list[OSError] | None = None) -> list[Path]:
     """The files to import: each file given, and every ``*.jsonl`` below each folder given
-    (sorted, each once)."""
+    (sorted, each once). ``unreadable``: gets the error of each folder below that could not be
+    read (a folder that vanished meanwhile is simply passed over)."""
     found: dict[str, Path] = {}
     for path in map(Path, paths):
         if path.is_dir():
-            for file in sorted(_jsonl_below(path)):
+            for file in sorted(_jsonl_below(path, unreadable)):
                 if file.is_file():
                     found.setdefault(os.path.realpath(file), file)
         else:
@@ -55,15 +56,28 @@ def session_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return list(found.values())
 
 
-def _jsonl_below(folder: Path) -> Iterator[Path]:
+def _jsonl_below(folder: Path, unreadable: list[OSError] | None) -> Iterator[Path]:
     """``folder.rglob("*.jsonl")`` (symbolic links to folders not followed), except that a folder
-    that disappears or cannot be read while it is walked is passed over: rglob raised for one that
-    vanished (a project folder deleted while ``sync --watch`` looks), ending the watch."""
-    for parent, folders, names in os.walk(folder):  # errors ignored (no onerror)
+    that disappears while it is walked is passed over (rglob raised, ending ``sync --watch`` when
+    a project folder was deleted), and one that cannot be read is told to ``unreadable``."""
+
+    def passed_over(error: OSError) -> None:
+        if unreadable is not None and not isinstance(error, FileNotFoundError):
+            unreadable.append(error)
+
+    for parent, folders, names in os.walk(folder, onerror=passed_over):
         folders.sort()  # walked in name order
         for name in sorted(names):
             if name.endswith(".jsonl"):
                 yield Path(parent, name)
+
+
+def unreadable_folder(error: OSError) -> ImportReport:
+    """The failed report of a folder below an imported one that could not be read (its files
+    were not looked at; trying again may succeed)."""
+    return ImportReport(str(error.filename), None, FAILED, retry=True,
+                        error=f"{error.filename}: the folder could not be read, its files were not imported "
+                              f"({error.strerror or error})")
 
 
 @dataclass(slots=True)
@@ -136,12 +150,17 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
 
 
 def _being_written(path: Path, settle: float) -> bool:
-    info = path.stat()
-    if info.st_size == 0 or time.time() - info.st_mtime > settle:
+    """Whether ``path`` changed within ``settle`` seconds and does not end with a newline (a file
+    that cannot be read is not: the import then says why, in its own words)."""
+    try:
+        info = path.stat()
+        if info.st_size == 0 or time.time() - info.st_mtime > settle:
+            return False
+        with path.open("rb") as stream:
+            stream.seek(info.st_size - 1)
+            return stream.read(1) != b"\n"
+    except OSError:
         return False
-    with path.open("rb") as stream:
-        stream.seek(info.st_size - 1)
-        return stream.read(1) != b"\n"
 
 
 def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, strict: bool = False,
@@ -165,7 +184,9 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
         return import_one(store, path, strict=strict, replace=replace, prefer=prefer, keep_non_sessions=keep,
                           progress=progress, settle=settle, fork=fork)
 
-    files = session_files(paths)
+    unreadable: list[OSError] = []
+    files = session_files(paths, unreadable)
+    yield from map(unreadable_folder, unreadable)
     jobs = import_jobs(store, jobs)
     if jobs <= 1 or len(files) < 2:
         for index, path in enumerate(files):
@@ -267,7 +288,14 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     seen: dict[str, tuple[int, int]] = {}
     pending: dict[str, tuple[tuple[int, int], str, str | None]] = {}  # retried: the state and what was reported
     while not stop():
-        for path in session_files([folder]):
+        unreadable: list[OSError] = []
+        files = session_files([folder], unreadable)
+        for report in map(unreadable_folder, unreadable):  # told once, until it changes
+            key = os.path.realpath(report.path)
+            if pending.get(key) != (told := ((0, 0), report.status, report.error)):
+                pending[key] = told
+                on_report(report)
+        for path in files:
             try:
                 info = path.stat()
             except OSError:

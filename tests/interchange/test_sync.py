@@ -275,7 +275,74 @@ def test_a_folder_that_disappears_while_it_is_walked_is_passed_over(tmp_path: Pa
     (tmp_path / "a" / "x.jsonl").write_bytes(b"")
     (tmp_path / "z" / "deep").mkdir(parents=True)
     (tmp_path / "z" / "deep" / "y.jsonl").write_bytes(b"")
-    walking = syncing._jsonl_below(tmp_path)
+    walking = syncing._jsonl_below(tmp_path, None)
     first = next(walking)  # a's file: the walk has not reached z yet
     shutil.rmtree(tmp_path / "z")
     assert [first, *walking] == [tmp_path / "a" / "x.jsonl"]
+
+
+def _as_nobody(command: list[str]) -> list[str]:
+    """``command`` as a user whom file modes bind (root reads a folder of mode 000 all the same)."""
+    if os.geteuid() != 0:
+        return command
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: a folder cannot be made unreadable to the test")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+
+
+@pytest.fixture
+def shared_tmp() -> Path:
+    """A scratch folder the user of :func:`_as_nobody` can write in (pytest's own is root's alone)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="pi-store-unreadable-"))
+    folder.chmod(0o777)
+    yield folder
+    for inner in folder.rglob("*"):
+        inner.chmod(0o777)
+    shutil.rmtree(folder)
+
+
+def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Path) -> None:
+    """os.walk dropped it without a word: exit 0, "1 file (1 imported)", its sessions missing."""
+    sessions = shared_tmp / "sessions"
+    for project, name in (("--a--", "small-seed1-0"), ("--b--", "small-seed2-0")):
+        (sessions / project).mkdir(parents=True)
+        shutil.copy(FIXTURES[name], sessions / project / f"{name}.jsonl")
+    for folder in (sessions, sessions / "--a--", sessions / "--b--"):
+        folder.chmod(0o777)
+    (sessions / "--b--").chmod(0)
+    done = subprocess.run(_as_nobody(cli(str(shared_tmp / "s.db"), "sync", str(sessions), "--json")),
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(shared_tmp)})
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1, done.stderr
+    imported = str(sessions / "--a--" / "small-seed1-0.jsonl")
+    assert [(r["status"], r["path"]) for r in reports[:-1]] == [("failed", str(sessions / "--b--")),
+                                                               ("imported", imported)]
+    assert "the folder could not be read" in reports[0]["error"] and reports[-1]["summary"]["failed"] == 1
+
+
+def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
+    """A file unreadable at first, imported once it could be read: the summary said "2 files
+    (1 failed, 1 imported)" and the watch ended with exit 1."""
+    folder = shared_tmp / "sessions" / "--a--"
+    folder.mkdir(parents=True)
+    for inner in (folder.parent, folder):
+        inner.chmod(0o777)
+    path = folder / "late.jsonl"
+    shutil.copy(FIXTURES["small-seed1-0"], path)
+    path.chmod(0)
+    watcher = subprocess.Popen(_as_nobody(cli(str(shared_tmp / "w.db"), "sync", str(folder.parent), "--watch",
+                                              "--interval", "0.1", "--json")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "HOME": str(shared_tmp)})
+    assert watcher.stdout is not None
+    try:
+        assert json.loads(watcher.stdout.readline())["status"] == "failed"  # told once, tried again
+        path.chmod(0o644)
+        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["summary"]["statuses"] == {"imported": 1}
