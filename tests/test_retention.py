@@ -108,6 +108,17 @@ def test_a_pruned_file_whose_lines_are_not_in_the_stores_form_is_not_damaged(sto
     assert verify_session(store, "crlf").verdict == "diverged"
 
 
+def test_verify_reads_a_pruned_file_whose_name_is_not_utf8(store: SessionStore, tmp_path: Path, clock):
+    """The path is stored with db_text's escape of os.fsdecode's surrogate; verify opened the
+    escaped text, found no file and left the file's lines uncompared."""
+    source = write_session(Path(os.fsdecode(bytes(tmp_path) + b"/bad\xffname.jsonl")),
+                           branched_lines("s1", clock.now, "okapi"))
+    store.import_file(source)
+    assert store.prune(POLICY, apply=True).trimmed
+    health = verify_session(store, "s1")
+    assert (health.verdict, health.bytes_ok) == ("diverged", True), health.details
+
+
 def test_postgresql_prune_locks_only_the_sessions_it_trims(tmp_path: Path, clock, monkeypatch) -> None:
     """It locked every session row for its whole transaction: an append to a recent session
     waited for it, and failed once that took longer than the lock timeout."""

@@ -41,3 +41,10 @@ def may_be_escaped(stored: str) -> bool:
 def clean_text(value: str) -> str:
     """``value`` with the unstorable characters replaced by U+FFFD (text to read and search)."""
     return _storable(value, lambda _match: "\ufffd")
+
+
+def unescaped(stored: str) -> str:
+    """:func:`db_text`'s escapes turned back into the characters (which a literal ``\\udcff`` in
+    the text given would be too: the caller decides which reading is meant, e.g. the one of a
+    file path that exists)."""
+    return _ESCAPE.sub(lambda match: chr(int(match.group()[2:], 16)), stored)

@@ -45,6 +45,7 @@ from store.db import current_path, queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.faults import CANNOT_WRITE, error_line, sqlite_fault, waits_too_long
 from store.db.schema import entries, sessions
+from store.db.stored_text import may_be_escaped, unescaped
 from store.db.writes import KEY_COLUMNS, key_values
 from store.format import JsonLineError, js_parse, js_stringify
 from store.interchange.exporting import session_sha256
@@ -193,8 +194,11 @@ def _starts_the_file(session: Row, size: int, sha256: str) -> bool | None:
     file itself while it is still the one imported (its size and hash); None when it is not."""
     whole, start = hashlib.sha256(), hashlib.sha256()
     read = 0
+    path = session.source_path
+    if path is not None and may_be_escaped(path) and os.path.lexists(unescaped(path)):
+        path = unescaped(path)  # a name that is not UTF-8 (os.fsdecode's surrogates), stored escaped
     try:  # without blocking: the import may have come from a FIFO, which would wait for a writer
-        with os.fdopen(os.open(session.source_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as source:
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as source:
             if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
                 return None
             while chunk := source.read(1 << 20):
