@@ -209,3 +209,19 @@ def test_a_closed_pipe_ends_quietly(imported: str, args: list[str]) -> None:
     reader.stdout.close()  # as `| head -0` would
     assert reader.wait(timeout=120) == 141
     assert reader.stderr.read() == b""
+
+
+def test_a_lone_surrogate_is_printed_as_its_escape(tmp_path: Path, db_url: str) -> None:
+    """JSON allows ``\\ud800``; UTF-8 cannot carry it: ``list`` piped (and --csv, stats --by)
+    failed with UnicodeEncodeError after printing part of the listing."""
+    lines = ['{"type":"session","version":3,"id":"sur-1","timestamp":"2024-01-01T00:00:00.000Z","cwd":"/w\\ud800"}',
+             '{"type":"message","id":"a1","parentId":null,"timestamp":"2024-01-01T00:00:01.000Z",'
+             '"message":{"role":"user","content":"hi","timestamp":1}}',
+             '{"type":"session_info","id":"a2","parentId":"a1","timestamp":"2024-01-01T00:00:02.000Z","name":"n\\udc00"}']
+    (tmp_path / "sur.jsonl").write_text("".join(line + "\n" for line in lines))
+    assert cli(db_url, "import", str(tmp_path / "sur.jsonl"))[0] == 0
+    for args, shown in ((["list"], "/w\\ud800  n\\udc00"), (["list", "--csv"], "/w\\ud800,n\\udc00"),
+                        (["stats", "--by", "cwd"], "/w\\ud800  ")):
+        done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, *args], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and shown in done.stdout, (args, done.stdout, done.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import logging
 import math
 import os
@@ -144,6 +145,10 @@ class _Commands(click.Group):
         for name in ("stdout", "stderr"):  # started with it closed (>&-): what Python's print does, drop the text
             if getattr(sys, name) is None:
                 setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the life of the process)
+            elif isinstance(stream := getattr(sys, name), io.TextIOWrapper):
+                # a lone surrogate (legal in Pi's JSON, stored as such) cannot be encoded: printed as
+                # its escape, \ud800, as JSON writes it, where it failed the whole listing
+                stream.reconfigure(errors="backslashreplace")
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit
