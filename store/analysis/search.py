@@ -158,11 +158,19 @@ def _candidates(conn: Connection, sqlite: bool, match: str, session_pk: int | No
     return list(conn.execute(stmt, {k: v for k, v in params.items() if f":{k}" in stmt.text}))
 
 
+_LONGEST_WORD = 2047  # bytes: a longer word is no lexeme (pi_search_words and to_tsvector leave it out)
+
+
 def _pg_match(query: fts.Query) -> str:
     """PostgreSQL's condition for ``query``: the rows whose words it asks for (the GIN index on
     ``pi_search_words``), and where it has a phrase, the phrase checked on them with the words'
     positions (``pi_search_vector``). The queries as literals: a prepared statement's generic plan
-    cannot see how rare a word is (words are letters and digits: ``fts.parse_query``)."""
+    cannot see how rare a word is (words are letters and digits: ``fts.parse_query``). A word
+    longer than the index keeps is a ``BadQuery`` (``CAST`` refused it: an error from the server)."""
+    too_long = [w for terms in query.alternatives for t in terms for w in t.words if len(w.encode()) > _LONGEST_WORD]
+    if too_long:
+        raise fts.BadQuery(f"{too_long[0][:20]}… ({len(too_long[0].encode())} bytes): PostgreSQL's index keeps "
+                           f"words of at most {_LONGEST_WORD} bytes (text search drops longer ones)")
     words = f"pi_search_words(e.search_text) @@ CAST(lower({_literal(query.words_tsquery())}) AS tsquery)"
     if not query.has_phrase():
         return words

@@ -11,6 +11,7 @@ import pytest
 
 from store.analysis.fts import BadQuery, parse_query
 from store.analysis.search import SearchHit
+from store.db.engine import is_sqlite
 from store.session_store import SessionStore
 
 USAGE = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
@@ -146,6 +147,18 @@ def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
     excluded_phrase = parse_query('alpha -"beta gamma"')
     assert (excluded_phrase.words_tsquery(), excluded_phrase.has_phrase()) == ("('alpha')", True)
     assert not parse_query("alpha delt* -epsilon").has_phrase()
+
+
+def test_a_word_longer_than_postgresql_indexes_is_a_bad_query_there(store: SessionStore) -> None:
+    """PostgreSQL keeps words of at most 2047 bytes; casting a longer one to tsquery failed in the
+    server (an OperationalError out of search). SQLite's index holds it."""
+    sm = store.create("/work/long")
+    hit = sm.append_message({"role": "user", "content": "long " + "a" * 2100 + " end", "timestamp": 1})
+    if is_sqlite(store.engine):
+        assert only(store.search("a" * 2100)).entry_id == hit
+    else:
+        with pytest.raises(BadQuery, match="at most 2047 bytes"):
+            store.search("long " + "a" * 2048)
 
 
 def test_words_are_runs_of_letters_and_digits_on_both_engines(store: SessionStore) -> None:
