@@ -167,7 +167,7 @@ def test_words_are_runs_of_letters_and_digits_on_both_engines(store: SessionStor
     sm = store.create("/work/words")
     uuid = sm.append_message({"role": "user", "content": "request f47ac10b-58cc-0e02b2c3d479 and 1e293x",
                               "timestamp": 1})
-    version = sm.append_message({"role": "user", "content": "pinned v1.2.3 of Überzeug", "timestamp": 2})
+    version = sm.append_message({"role": "user", "content": "pinned v1.2.3 of Überzeug, x² and ½", "timestamp": 2})
     order = sm.append_message({"role": "user", "content": "gamma beta, then alpha", "timestamp": 3})
     assert only(store.search("0e02b2c3d479")).entry_id == uuid
     assert only(store.search("1e293x")).entry_id == uuid
@@ -176,6 +176,8 @@ def test_words_are_runs_of_letters_and_digits_on_both_engines(store: SessionStor
     assert only(store.search("0e02b*")).entry_id == uuid
     assert only(store.search("v1.2.3")).entry_id == version
     assert only(store.search("überzeug")).entry_id == version
+    assert only(store.search("x²")).entry_id == only(store.search('"x² and ½"')).entry_id == version
+    assert store.search("x") == []  # not split off its ² (glibc's [:alnum:] leaves ² out)
     assert only(store.search("alpha beta")).entry_id == order
     assert store.search('"alpha beta"') == []
     assert only(store.search('"gamma beta" -"then beta"')).entry_id == order
