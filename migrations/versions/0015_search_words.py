@@ -36,6 +36,7 @@ Create Date: 2026-12-04
 from __future__ import annotations
 
 from alembic import op
+from sqlalchemy import text
 
 revision = "0015"
 down_revision = "0014"
@@ -72,14 +73,16 @@ WORD_CHARACTERS = "[:alnum:]" + "".join(
 # PL/pgSQL: compiled once per connection, never inlined (so priced as COST says, as the planner
 # needs to read the index for rare words: revision 0003's note), every name schema-qualified.
 # ``array_to_tsvector`` refuses a word longer than 2047 bytes: only a text longer than that can
-# hold one, and only then are the words filtered.
+# hold one, and only then are the words filtered (measured lower-cased: ``lower`` can lengthen a
+# text, Ⱥ's two bytes becoming ⱥ's three).
 WORDS_FUNCTION = r"""CREATE OR REPLACE FUNCTION pi_search_words(body text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE RETURNS NULL ON NULL INPUT COST 5000
 AS $$
 DECLARE
-    words text[] := pg_catalog.regexp_split_to_array(pg_catalog.lower(body), '[^WORD_CHARACTERS]+');
+    lowered text := pg_catalog.lower(body);
+    words text[] := pg_catalog.regexp_split_to_array(lowered, '[^WORD_CHARACTERS]+');
 BEGIN
-    IF pg_catalog.octet_length(body) > 2047 THEN
+    IF pg_catalog.octet_length(lowered) > 2047 THEN
         words := ARRAY(SELECT w FROM pg_catalog.unnest(words) AS w WHERE pg_catalog.octet_length(w) <= 2047);
     END IF;
     RETURN pg_catalog.array_to_tsvector(pg_catalog.array_remove(words, ''));
@@ -88,15 +91,30 @@ WORDS_INDEX = "CREATE INDEX ix_entries_search_words ON entries USING gin (pi_sea
 VECTOR_INDEX = "CREATE INDEX ix_entries_search_vector ON entries USING gin (pi_search_vector(search_text))"
 
 
+# the invalid copies a stopped ``pi-store fts rebuild`` (REINDEX CONCURRENTLY) leaves of an index
+_COPIES = r"""SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid = 'entries'::regclass AND NOT i.indisvalid
+AND (c.relname LIKE :name || '\_ccnew%' OR c.relname LIKE :name || '\_ccold%')"""
+
+
+def _drop_with_copies(name: str) -> None:
+    """Drop index ``name`` and what a stopped rebuild left of it (kept up to date on every insert
+    while it is ready, and named by no later cleanup once its index is gone)."""
+    bind = op.get_bind()
+    for (copy,) in bind.execute(text(_COPIES), {"name": name.replace("_", "\\_")}).all():
+        op.execute(f'DROP INDEX "{copy}"')
+    op.execute(f"DROP INDEX {name}")
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(WORDS_FUNCTION)
         op.execute(WORDS_INDEX)
-        op.execute("DROP INDEX ix_entries_search_vector")
+        _drop_with_copies("ix_entries_search_vector")
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(VECTOR_INDEX)
-        op.execute("DROP INDEX ix_entries_search_words")
+        _drop_with_copies("ix_entries_search_words")
         op.execute("DROP FUNCTION pi_search_words(text)")

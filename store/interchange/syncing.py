@@ -287,14 +287,20 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     for the file's size and time. ``after_round`` runs after each look at the folder."""
     seen: dict[str, tuple[int, int]] = {}
     pending: dict[str, tuple[tuple[int, int], str, str | None]] = {}  # retried: the state and what was reported
+    failing: set[str] = set()  # folders below that could not be read (told in ``pending``)
     while not stop():
         unreadable: list[OSError] = []
         files = session_files([folder], unreadable)
+        now_failing = set()
         for report in map(unreadable_folder, unreadable):  # told once, until it changes
             key = os.path.realpath(report.path)
+            now_failing.add(key)
             if pending.get(key) != (told := ((0, 0), report.status, report.error)):
                 pending[key] = told
                 on_report(report)
+        for key in failing - now_failing:  # readable again (or gone): a new failure is told again
+            pending.pop(key, None)
+        failing = now_failing
         for path in files:
             try:
                 info = path.stat()

@@ -81,6 +81,8 @@ def test_the_index_of_words_serves_search_and_the_downgrade_restores_the_vector_
         sm = store.create("/work/words")
         long_word = sm.append_message({"role": "user", "content": f"{'é' * 1100} okapi 0e02b2c3 {'x' * 2047} x² ½",
                                        "timestamp": 1})
+        # lower() lengthens it (Ⱥ: 2 bytes, ⱥ: 3): one word of 3,069 bytes from a text of 2,046
+        grown = sm.append_message({"role": "user", "content": "Ⱥ" * 1023, "timestamp": 2})
         searched = {word: [hit.entry_id for hit in store.search(word)] for word in ("the", "okapi", '"okapi 0e02b2c3"')}
         assert [hit.entry_id for hit in store.search("x" * 2047)] == [long_word]
     assert searched["okapi"] == searched['"okapi 0e02b2c3"'] == [long_word] and searched["the"]
@@ -98,13 +100,21 @@ def test_the_index_of_words_serves_search_and_the_downgrade_restores_the_vector_
             "EXPLAIN SELECT pk FROM entries AS e WHERE pi_search_words(e.search_text) @@ CAST('okapi' AS tsquery)"
         )).scalars())
         assert "ix_entries_search_words" in plan
+        assert conn.execute(text("SELECT pi_search_words(search_text) FROM entries WHERE entry_id = :id"),
+                            {"id": grown}).scalar_one() == ""  # its one word left out
     config = alembic_config(engine)
     command.downgrade(config, "0014")
-    with engine.connect() as conn:
+    with engine.begin() as conn:
         assert conn.execute(text(INDEXES)).scalars().all() == ["ix_entries_search_vector"]
         assert conn.execute(text("SELECT to_regprocedure('pi_search_words(text)')")).scalar() is None
         assert conn.execute(text(SEARCH)).scalar_one() > 0
+        # what a stopped `fts rebuild` (REINDEX CONCURRENTLY) leaves: an invalid copy, kept current
+        conn.execute(text("CREATE INDEX ix_entries_search_vector_ccnew ON entries (seq)"))
+        conn.execute(text("UPDATE pg_index SET indisvalid = false "
+                          "WHERE indexrelid = 'ix_entries_search_vector_ccnew'::regclass"))
     command.upgrade(config, "head")
+    with engine.connect() as conn:  # gone with its index: no later cleanup knows its name
+        assert conn.execute(text(INDEXES)).scalars().all() == ["ix_entries_search_words"]
     engine.dispose()
     with SessionStore.connect(pg_url) as store:
         assert {word: [hit.entry_id for hit in store.search(word)] for word in searched} == searched

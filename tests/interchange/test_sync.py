@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -324,11 +325,15 @@ def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Pat
 
 def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
     """A file unreadable at first, imported once it could be read: the summary said "2 files
-    (1 failed, 1 imported)" and the watch ended with exit 1."""
+    (1 failed, 1 imported)" and the watch ended with exit 1. A folder unreadable at first and
+    readable later is no failure at the end either."""
     folder = shared_tmp / "sessions" / "--a--"
+    closed = shared_tmp / "sessions" / "--b--"
     folder.mkdir(parents=True)
+    closed.mkdir()
     for inner in (folder.parent, folder):
         inner.chmod(0o777)
+    closed.chmod(0)
     path = folder / "late.jsonl"
     shutil.copy(FIXTURES["small-seed1-0"], path)
     path.chmod(0)
@@ -338,9 +343,12 @@ def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
                                env={**os.environ, "HOME": str(shared_tmp)})
     assert watcher.stdout is not None
     try:
-        assert json.loads(watcher.stdout.readline())["status"] == "failed"  # told once, tried again
+        told = [json.loads(watcher.stdout.readline()) for _ in range(2)]  # each told once, tried again
+        assert [(r["status"], r["path"]) for r in told] == [("failed", str(closed)), ("failed", str(path))]
+        closed.chmod(0o777)
         path.chmod(0o644)
         assert json.loads(watcher.stdout.readline())["status"] == "imported"
+        time.sleep(0.5)  # the end of that round
     finally:
         watcher.send_signal(signal.SIGINT)
         out, err = watcher.communicate(timeout=60)
