@@ -363,7 +363,7 @@ class AsyncSessionManager:
         """``SessionManager.branch_with_generated_summary``; a cancellation while the summary is
         being made stops it and writes nothing (as :meth:`compact`)."""
         old_path, target_path = await _run(self.sync.paths_to_summarize, target_id)
-        if await _run(self.sync.left_nothing, old_path, target_path, target_id):
+        if await _run(self.sync.move_when_nothing_is_left, old_path, target_path, target_id):
             return None
         result = await greenlet_spawn(services.summarize_branch, old_path, target_path, _OnTheLoop(summarizer),
                                       **options)

@@ -757,12 +757,12 @@ class SessionManager:
         When that branch holds nothing (``target_id`` is the leaf or further along its path), the
         leaf just moves there and nothing is written (None), as Pi moves in its tree."""
         old_path, target_path = self.paths_to_summarize(target_id)
-        if self.left_nothing(old_path, target_path, target_id):
+        if self.move_when_nothing_is_left(old_path, target_path, target_id):
             return None
         result = services.summarize_branch(old_path, target_path, summarizer, **options)
         return self.branch_with_summary(target_id, result.summary, details=result.details, usage=result.usage)
 
-    def left_nothing(self, old_path: list, target_path: list, target_id: str | None) -> bool:
+    def move_when_nothing_is_left(self, old_path: list, target_path: list, target_id: str | None) -> bool:
         """Whether moving from ``old_path``'s end to ``target_id`` leaves no entry behind; if so,
         the leaf has moved (:meth:`branch_with_generated_summary`)."""
         if services.collect_entries_for_branch_summary(old_path, target_path)[0]:

@@ -234,12 +234,14 @@ class OpenAICompatibleSummarizer:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        body = self.request_body(system_prompt, prompt, max_tokens)
         url = _completions_url(self.base_url)
+        try:  # ASCII-escaped, as JSON.stringify escapes a lone surrogate (UTF-8 cannot carry one)
+            content = json.dumps(self.request_body(system_prompt, prompt, max_tokens), allow_nan=False).encode()
+        except ValueError as error:  # a NaN or infinite temperature: no JSON number
+            return SummaryResponse("", "error", error_message=f"the request to {url} cannot be sent: {error}")
         try:
             with httpx.Client(timeout=self.timeout, transport=self._transport) as client:
-                # ASCII-escaped, as JSON.stringify escapes a lone surrogate (UTF-8 cannot carry one)
-                response = client.post(url, content=json.dumps(body).encode(), headers=headers)
+                response = client.post(url, content=content, headers=headers)
         except (httpx.HTTPError, httpx.InvalidURL) as error:  # InvalidURL: not an HTTPError
             return SummaryResponse("", "error", error_message=f"request to {url} failed: {error}")
         if response.status_code >= 400:

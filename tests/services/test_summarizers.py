@@ -286,6 +286,8 @@ def test_a_lone_surrogate_in_the_prompt_is_sent_escaped(chat_server: ChatServer)
 def test_a_url_or_key_that_cannot_be_sent_is_said_so() -> None:
     response = OpenAICompatibleSummarizer("http://[::1", "m", timeout=2).summarize("s", "p", 10)
     assert response.stop_reason == "error" and "request to http://[::1" in response.error_message
+    response = OpenAICompatibleSummarizer("http://127.0.0.1:9/v1", "m", temperature=float("nan")).summarize("s", "p", 1)
+    assert response.stop_reason == "error" and "cannot be sent" in response.error_message  # NaN is no JSON
     with pytest.raises(ValueError, match="API key must be printable ASCII"):
         OpenAICompatibleSummarizer("http://127.0.0.1:9/v1", "m", "ключ")
 
