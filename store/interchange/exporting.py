@@ -85,11 +85,12 @@ def session_bytes(conn: Connection, session_pk: int, as_migrated: bool = False,
 
 
 def session_sha256(conn: Connection, session_pk: int, limit: int | None = None,
-                   below_seq: int = ALL_ROWS) -> tuple[Any, int]:
-    """sha256 of what export writes for a stored session (of its first ``limit`` bytes when given,
-    of its rows before ``below_seq``), and how many bytes that hashed."""
+                   below_seq: int = ALL_ROWS, as_migrated: bool = False) -> tuple[Any, int]:
+    """sha256 of the stored lines as export writes them (``as_migrated``: in their migrated form;
+    of the first ``limit`` bytes when given, of the rows before ``below_seq``), and how many bytes
+    that hashed."""
     hasher, size = hashlib.sha256(), 0
-    for chunk in session_bytes(conn, session_pk, below_seq=below_seq):
+    for chunk in session_bytes(conn, session_pk, as_migrated, below_seq=below_seq):
         if limit is not None:
             chunk = chunk[:limit - size]
         hasher.update(chunk)

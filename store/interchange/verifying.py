@@ -48,7 +48,7 @@ from store.db.schema import entries, sessions
 from store.db.stored_text import may_be_escaped, unescaped
 from store.db.writes import KEY_COLUMNS, key_values
 from store.format import JsonLineError, js_parse, js_stringify
-from store.interchange.exporting import session_sha256
+from store.interchange.exporting import in_migrated_form, session_sha256
 from store.loading import ENTRY, SKIPPED, VALUE
 from store.tree_columns import CYCLE, DUPLICATE_ID, MISSING_PARENT, NONE, StoredTree, TreeBuilder
 
@@ -154,7 +154,8 @@ def verify_all(store: SessionStore) -> Iterator[Health]:
 
 def _verify(conn: Connection, session: Row) -> Health:
     health = Health(session.session_id, from_file=session.source_sha256 is not None)
-    hasher, health.size = session_sha256(conn, session.pk)  # the bytes export writes, re-read on purpose
+    hasher, health.size = session_sha256(  # the bytes export writes, re-read on purpose
+        conn, session.pk, as_migrated=in_migrated_form(session.migrated_from, session.diverged_seq, False))
     health.sha256 = hasher.hexdigest()
     store_rows_from = 0  # the first row the store wrote: its lines must be JSON.stringify's
     if health.from_file:

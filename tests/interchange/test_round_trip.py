@@ -16,6 +16,7 @@ import pytest
 from store.errors import ImportFailed, SessionExists, SessionNotFound
 from store.format import CURRENT_SESSION_VERSION, iter_lines, session_version
 from store.interchange.importing import import_file
+from store.interchange.verifying import verify_session
 from store.loading import head_of
 from store.session_store import SessionStore
 from tests.oracle_support import CORPUS_DIR, load_fixture_cases
@@ -127,6 +128,9 @@ def test_a_migrated_session_the_store_wrote_to_exports_in_its_migrated_form(stor
     assert lines[0]["version"] == CURRENT_SESSION_VERSION and lines[-1]["type"] == "compaction"
     ids = {line.get("id") for line in lines[1:]}
     assert lines[-1]["firstKeptEntryId"] in ids and all(line["parentId"] in ids | {None} for line in lines[1:])
+    health = verify_session(store, session_id)
+    assert (health.verdict, health.size, health.sha256) == ("diverged", len(exported),
+                                                            hashlib.sha256(exported).hexdigest())
 
 
 def test_both_engines_round_trip_and_reimport(store: SessionStore, tmp_path: Path) -> None:
