@@ -295,7 +295,7 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     with transaction(engine) as conn:
         candidates = _candidates(conn, policy, cutoff, report)
         if apply and not is_sqlite(conn) and candidates:  # SQLite: BEGIN IMMEDIATE holds the write lock
-            candidates = _locked_candidates(conn, policy, cutoff, candidates)
+            candidates = _locked_candidates(conn, policy, cutoff, candidates, report)
         if policy.delete_sessions:
             found = {row.session_id: row.pk for row in candidates}
             report.deleted = list(found)
@@ -317,12 +317,17 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     return report
 
 
-def _locked_candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, candidates: list) -> list:
+def _locked_candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, candidates: list,
+                       report: PruneReport) -> list:
     """PostgreSQL: lock the rows of the sessions to trim — those alone, so that writers of the
     sessions kept whole never wait, and in key order, as ``delete`` locks, so that the two cannot
-    deadlock — then choose again: a session written to meanwhile may be recent now."""
-    chosen = _lock_sessions(conn, [row.pk for row in candidates])
-    return [row for row in _candidates(conn, policy, cutoff, PruneReport(False, policy, cutoff)) if row.pk in chosen]
+    deadlock — then choose again (``report`` counts that look): a session written to meanwhile
+    may be recent now; one that became a candidate meanwhile is not locked, and kept whole."""
+    locked = _lock_sessions(conn, [row.pk for row in candidates])
+    report.sessions_seen = report.kept_whole = 0
+    again = _candidates(conn, policy, cutoff, report)
+    report.kept_whole += sum(row.pk not in locked for row in again)
+    return [row for row in again if row.pk in locked]
 
 
 def _candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, report: PruneReport) -> list:
