@@ -225,3 +225,21 @@ def test_a_lone_surrogate_is_printed_as_its_escape(tmp_path: Path, db_url: str) 
         done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, *args], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0 and shown in done.stdout, (args, done.stdout, done.stderr)
+
+
+def test_session_text_is_neither_markup_nor_terminal_control(tmp_path: Path, db_url: str) -> None:
+    """A table cell was rich markup ("[/]" failed the listing, "[red]" coloured and vanished), and
+    escape sequences from a message or label (clear the screen, set the title) reached the terminal."""
+    lines = ['{"type":"session","version":3,"id":"mk-[/]x","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/e"}',
+             '{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
+             '"message":{"role":"user","content":"hi \\u001b]0;PWNED\\u0007 [red]z\\u001b[2J","timestamp":1}}',
+             '{"type":"label","id":"l1","parentId":"a1","timestamp":"2025-01-01T00:00:02.000Z","targetId":"a1",'
+             '"label":"lab\\u001b[31mred"}']
+    (tmp_path / "mk.jsonl").write_text("".join(line + "\n" for line in lines))
+    assert cli(db_url, "import", str(tmp_path / "mk.jsonl"))[0] == 0
+    for args in (["list", "--table"], ["list"], ["tree", "mk-[/]x"], ["search", "hi", "--table"], ["search", "hi"]):
+        code, out, err = cli(db_url, *args)
+        assert code == 0 and ("mk-[/]x" in out or args[0] == "tree"), (args, out, err)
+        assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out, (args, out)
+    code, out, _ = cli(db_url, "list", "--json")  # the data formats keep the text as it is
+    assert json.loads(out)[0]["firstMessage"] == "hi \x1b]0;PWNED\x07 [red]z\x1b[2J"

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING
 import click
 
 from store.cli.app import MAX_LIMIT, current_store, emit, finite, main
-from store.cli.output import Column, format_options, plural, resolve, write_delimited, write_nl, write_rows
+from store.cli.output import (
+    Column,
+    for_terminal,
+    format_options,
+    plural,
+    resolve,
+    write_delimited,
+    write_nl,
+    write_rows,
+)
 
 if TYPE_CHECKING:
     from store.analysis.search import SearchHit
@@ -133,7 +142,7 @@ def _marked(row: dict) -> object:
 
     text = Text()
     for i, part in enumerate(re.split(r"</?mark>", " ".join(row["snippet"].split()))):
-        text.append(part, style="bold yellow reverse" if i % 2 else None)
+        text.append(for_terminal(part), style="bold yellow reverse" if i % 2 else None)
     return text
 
 
