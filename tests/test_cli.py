@@ -219,3 +219,29 @@ def test_a_one_letter_exclusion_is_part_of_the_query(tmp_path: Path) -> None:
 
     every, without = hits("the"), hits("the", "-a")
     assert without == hits("the NOT a") and 0 < len(without) < len(every)  # the documented spelling of -a
+
+
+def test_a_read_command_on_an_older_schema_it_cannot_write_says_so(tmp_path: Path) -> None:
+    """It tried to upgrade the schema read-only too and failed with "unable to open database
+    file"; where it can write, a read command still upgrades it (the one write it does)."""
+    import sqlite3
+
+    import click
+
+    from store.cli.app import _connect
+    from store.db.engine import script_head
+    from store.session_store import SessionStore
+
+    db = tmp_path / "old.db"
+    with SessionStore.connect(f"sqlite:///{db}"):
+        pass
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0014'")
+    with pytest.raises(click.ClickException, match=r"schema is at revision 0014, this pi-store's is .* cannot be "
+                                                   r"upgraded here"):
+        _connect(f"sqlite:///{db}", "ro", must_exist=True)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0014",)
+    _connect(f"sqlite:///{db}", None, must_exist=True).engine.dispose()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (script_head(),)

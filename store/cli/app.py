@@ -330,7 +330,7 @@ def _connect(url: str, read_only: ReadOnly | None, *, must_exist: bool = False) 
     a read command creates nothing."""
     from sqlalchemy import inspect
 
-    from store.db.engine import ensure_schema, make_engine
+    from store.db.engine import ensure_schema, make_engine, script_head, stored_revision
     from store.db.faults import masked_url
     from store.session_store import SessionStore
 
@@ -339,6 +339,11 @@ def _connect(url: str, read_only: ReadOnly | None, *, must_exist: bool = False) 
         if must_exist and not inspect(engine).has_table("alembic_version"):
             raise click.ClickException(f"no pi-store database at {masked_url(url)}: it holds no store yet "
                                        "(a write command, e.g. pi-store import, creates one)")
+        if read_only is not None and (stored := stored_revision(engine)) != script_head():
+            raise click.ClickException(  # the upgrade would write ("unable to open database file")
+                f"{masked_url(url)}: its schema is at revision {stored}, this pi-store's is {script_head()}, and "
+                "it cannot be upgraded here (this process cannot write the database): run pi-store where it can, "
+                "or the pi-store that wrote it")
         ensure_schema(engine)  # Alembic (slow to import) only when an upgrade is needed
     except BaseException:
         engine.dispose()
