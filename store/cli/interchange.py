@@ -221,24 +221,17 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
     def on_report(report: ImportReport) -> None:
         if report.status == BUSY or report.retry:
             again[report.path] = report
-        else:  # the file's outcome (and its folder, if it could not be read before, can be now)
-            for path in [p for p in again if p == report.path or report.path.startswith(p.rstrip(os.sep) + os.sep)]:
-                del again[path]
+        else:  # the file's outcome
+            again.pop(report.path, None)
             summary.add(report)
         if report.status != "unchanged" or report.note:  # a diverged session says so every time
             _print_report(report, as_json)
 
-    def after_round() -> None:
-        _index_imports(store)
-        for path in [p for p, report in again.items() if report.status != BUSY and os.path.isdir(p)]:
-            with contextlib.suppress(OSError):  # a folder that could not be read: can it now?
-                os.scandir(path).close()
-                del again[path]
-
     with contextlib.suppress(KeyboardInterrupt):
         store = current_store()
         watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
-              keep_non_sessions=keep_non_sessions, on_report=on_report, after_round=after_round)
+              keep_non_sessions=keep_non_sessions, on_report=on_report,
+              on_readable=lambda path: again.pop(path, None), after_round=lambda: _index_imports(store))
     for report in again.values():
         summary.add(report)
     summary.seconds = time.monotonic() - started

@@ -277,29 +277,32 @@ def _header_id(path: Path) -> str | None:
 
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,
           replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
-          on_report: Callable[[ImportReport], None],
+          on_report: Callable[[ImportReport], None], on_readable: Callable[[str], object] = lambda path: None,
           stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
     process is interrupted). A file still being written (``busy``) or whose import failed for a
     fault that may pass (``report.retry``: the database locked or unreachable, the file
     unreadable) is looked at again next round; ``on_report`` hears of it when it first happens
-    for the file's size and time. ``after_round`` runs after each look at the folder."""
+    for the file's size and time. A folder below that could not be read is reported so too, and
+    ``on_readable(path)`` hears when it can be read again (or is gone): its report no longer
+    holds. ``after_round`` runs after each look at the folder."""
     seen: dict[str, tuple[int, int]] = {}
     pending: dict[str, tuple[tuple[int, int], str, str | None]] = {}  # retried: the state and what was reported
-    failing: set[str] = set()  # folders below that could not be read (told in ``pending``)
+    failing: dict[str, str] = {}  # folders below that could not be read: key -> the reported path
     while not stop():
         unreadable: list[OSError] = []
         files = session_files([folder], unreadable)
-        now_failing = set()
+        now_failing = {}
         for report in map(unreadable_folder, unreadable):  # told once, until it changes
             key = os.path.realpath(report.path)
-            now_failing.add(key)
+            now_failing[key] = report.path
             if pending.get(key) != (told := ((0, 0), report.status, report.error)):
                 pending[key] = told
                 on_report(report)
-        for key in failing - now_failing:  # readable again (or gone): a new failure is told again
+        for key in failing.keys() - now_failing.keys():  # a new failure is told again
             pending.pop(key, None)
+            on_readable(failing[key])
         failing = now_failing
         for path in files:
             try:
