@@ -220,8 +220,9 @@ def test_a_lone_surrogate_is_printed_as_its_escape(tmp_path: Path, db_url: str) 
              '{"type":"session_info","id":"a2","parentId":"a1","timestamp":"2024-01-01T00:00:02.000Z","name":"n\\udc00"}']
     (tmp_path / "sur.jsonl").write_text("".join(line + "\n" for line in lines))
     assert cli(db_url, "import", str(tmp_path / "sur.jsonl"))[0] == 0
-    for args, shown in ((["list"], "/w\\ud800  n\\udc00"), (["list", "--csv"], "/w\\ud800,n\\udc00"),
-                        (["stats", "--by", "cwd"], "/w\\ud800  ")):
+    for args, shown in ((["list"], "/w⟨U+D800⟩  n⟨U+DC00⟩"),  # shown as the web viewer shows it
+                        (["list", "--csv"], "/w\\ud800,n\\udc00"),  # data: JSON's escape
+                        (["stats", "--by", "cwd"], "/w\\ud800  ")):  # the column as stored (db_text)
         done = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, *args], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0 and shown in done.stdout, (args, done.stdout, done.stderr)
@@ -240,6 +241,6 @@ def test_session_text_is_neither_markup_nor_terminal_control(tmp_path: Path, db_
     for args in (["list", "--table"], ["list"], ["tree", "mk-[/]x"], ["search", "hi", "--table"], ["search", "hi"]):
         code, out, err = cli(db_url, *args)
         assert code == 0 and ("mk-[/]x" in out or args[0] == "tree"), (args, out, err)
-        assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out, (args, out)
+        assert "\x1b" not in out and "\x07" not in out and "[red]z" in out, (args, out)  # as the web viewer shows it
     code, out, _ = cli(db_url, "list", "--json")  # the data formats keep the text as it is
     assert json.loads(out)[0]["firstMessage"] == "hi \x1b]0;PWNED\x07 [red]z\x1b[2J"

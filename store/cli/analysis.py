@@ -11,7 +11,6 @@ import click
 from store.cli.app import MAX_LIMIT, current_store, emit, finite, main
 from store.cli.output import (
     Column,
-    for_terminal,
     format_options,
     plural,
     resolve,
@@ -19,6 +18,7 @@ from store.cli.output import (
     write_nl,
     write_rows,
 )
+from store.visible_text import visible
 
 if TYPE_CHECKING:
     from store.analysis.search import SearchHit
@@ -142,7 +142,7 @@ def _marked(row: dict) -> object:
 
     text = Text()
     for i, part in enumerate(re.split(r"</?mark>", " ".join(row["snippet"].split()))):
-        text.append(for_terminal(part), style="bold yellow reverse" if i % 2 else None)
+        text.append(visible(part), style="bold yellow reverse" if i % 2 else None)
     return text
 
 
@@ -191,7 +191,7 @@ def stats_command(session: str | None, session_option: str | None, by: str | Non
     elif shown in ("nl", "csv", "tsv"):
         write_rows(shown, MODEL_COLUMNS, [_model_row(m.to_json()) for m in stats.models], str)
     else:
-        click.echo(_stats_text(stats, by_model=shown == "plain"))
+        click.echo(visible(_stats_text(stats, by_model=shown == "plain")))
         if stats.models and shown == "table":
             write_rows("table", MODEL_COLUMNS, [_model_row(m.to_json()) for m in stats.models], str)
 
@@ -210,7 +210,7 @@ def _breakdown(session: str | None, by: str, since: str | None, until: str | Non
     rows = [_flat(group.to_json()) for group in result.rows]
     if shown == "plain":
         for row in rows:
-            click.echo(_breakdown_line(row, tool=by == "tool"))
+            click.echo(visible(_breakdown_line(row, tool=by == "tool")))
         return
     columns = (Column("key", by, text=lambda v: "-" if v is None else v), *BREAKDOWN_COLUMNS)
     if shown == "table" and by == "tool":  # a tool has no usage of its own: empty columns left out

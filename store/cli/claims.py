@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from store.cli.app import current_store, emit, main
+from store.visible_text import visible
 
 
 @main.group("claims", invoke_without_command=True)
@@ -26,8 +27,8 @@ def claims_group(ctx: click.Context, as_json: bool) -> None:
     for claim in claims:
         doc = claim.to_json(now)
         state = "live" if doc["live"] else "expired"
-        click.echo(f"{claim.session_id}  {claim.owner}  token {claim.token}  {state} "
-                   f"(expires {doc['expires'] or 'never'})")
+        click.echo(visible(f"{claim.session_id}  {claim.owner}  token {claim.token}  {state} "
+                           f"(expires {doc['expires'] or 'never'})"))
 
 
 @claims_group.command("release")

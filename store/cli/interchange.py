@@ -36,6 +36,7 @@ from store.interchange.verifying import (
     verify_session,
 )
 from store.session_store import SessionStore
+from store.visible_text import visible
 
 _PROGRESS = click.Choice(["auto", "bar", "json", "none"])
 
@@ -342,7 +343,7 @@ def verify_command(session: str | None, everything: bool, full: bool, as_json: b
         if as_json:
             emit(health.to_json())
             continue
-        click.echo(f"{health.session_id}: {health.describe()}")
+        click.echo(visible(f"{health.session_id}: {health.describe()}"))
         for detail in health.details:
             click.echo(f"  {detail}")
     damaged = counts[DAMAGED] + (database is not None and not database.ok)

@@ -16,13 +16,14 @@ table or colour is drawn, so piped commands do not pay for it.
 from __future__ import annotations
 
 import csv
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
+
+from store.visible_text import visible
 
 FORMATS = ("json", "nl", "csv", "tsv", "table")
 
@@ -54,16 +55,6 @@ def _scalar(value: Any) -> str:
     from store.format.jsjson import js_stringify
 
     return js_stringify(value) if isinstance(value, (dict, list, bool)) else str(value)
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
-
-
-def for_terminal(text: str) -> str:
-    """``text`` with the control characters a terminal acts on (escape sequences that clear the
-    screen or set the title, a carriage return) written as escapes, ``\\x1b``: session text is
-    whatever a model or a tool wrote. The data formats (JSON, CSV, TSV) keep it as it is."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def format_options(json_help: str) -> Callable:
@@ -141,8 +132,8 @@ def write_table(columns: Sequence[Column], rows: Iterable[dict], *, title: str |
                          no_wrap=not (column.fold or column.one_line))
     for row in rows:  # cells as Text: a plain string would be read as rich markup ("[red]", "[/]")
         table.add_row(*(styles[c.key](row) if styles and c.key in styles
-                        else Text(for_terminal(c.cell(row, shown=True)), no_wrap=True, overflow="ellipsis")
-                        if c.one_line else Text(for_terminal(c.cell(row, shown=True))) for c in columns))
+                        else Text(visible(c.cell(row, shown=True)), no_wrap=True, overflow="ellipsis")
+                        if c.one_line else Text(visible(c.cell(row, shown=True))) for c in columns))
     console().print(table)
 
 
@@ -160,7 +151,7 @@ def write_rows(fmt: str, columns: Sequence[Column], rows: Iterable[dict], plain:
         write_table(columns, rows, styles=styles)
     else:
         for row in rows:
-            click.echo(for_terminal(plain(row)))
+            click.echo(visible(plain(row)))
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:

@@ -13,22 +13,12 @@ from typing import Any
 import orjson
 from markupsafe import Markup, escape
 
-ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-# C0/C1 controls other than tab and newline, bidi embeddings/overrides/isolates, zero-width marks,
-# and lone surrogates (legal in Pi's JSON, not encodable as UTF-8)
-INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff"
-                       "\ud800-\udfff]")
+from store.visible_text import visible as clean
+
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 LONG_LINES = 24
 LONG_CHARS = 3000
-
-
-def clean(value: Any) -> str:
-    """``value`` as display text: ANSI sequences removed, invisible controls made visible."""
-    text = value if isinstance(value, str) else "" if value is None else str(value)
-    text = ANSI.sub("", text)
-    return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
 
 
 def text_block(value: Any, css: str = "text") -> Markup:

@@ -1,0 +1,23 @@
+"""Text from sessions made safe to show a person: a model or a tool wrote it, and it may hold
+terminal escape sequences (clear the screen, set the window title), other control characters,
+bidi overrides that make text read other than it is, or lone surrogates (legal in Pi's JSON).
+The web viewer (``store.web.render``) and the CLI's human formats (``store.cli.output``) show
+the same text; the data formats (JSON, CSV, TSV) keep it as it is."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# C0/C1 controls other than tab and newline, bidi embeddings/overrides/isolates, zero-width marks,
+# and lone surrogates (not encodable as UTF-8)
+INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff"
+                       "\ud800-\udfff]")
+
+
+def visible(value: Any) -> str:
+    """``value`` as display text: ANSI sequences removed, invisible characters shown as ``⟨U+001B⟩``."""
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    text = ANSI.sub("", text)
+    return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
