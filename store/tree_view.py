@@ -284,7 +284,7 @@ def content_summary(content: Any) -> str:
 
 
 def entry_summary(entry: Any) -> str:
-    """A short description of an entry, by type (the text of a message, what a change sets)."""
+    """A short description of an entry, shown after its kind: the text of a message, what a change sets."""
     if not isinstance(entry, dict):
         return ""
     kind = entry.get("type")
@@ -300,22 +300,22 @@ def entry_summary(entry: Any) -> str:
         text = content_summary(message.get("content"))
         return text or ("(thinking)" if role == "assistant" else "")
     if kind == "compaction":
-        return f"compaction: {entry.get('tokensBefore')} tokens before, keeps from {entry.get('firstKeptEntryId')}"
+        return f"{entry.get('tokensBefore')} tokens before, keeps from {entry.get('firstKeptEntryId')}"
     if kind == "branch_summary":
-        return f"branch summary: {entry.get('summary')}"
+        return str(entry.get("summary"))
     if kind == "context_edit":
         action = "hides" if entry.get("replacement") is None else "replaces"
-        return f"context edit: {action} {entry.get('targetId')}"
+        return f"{action} {entry.get('targetId')}"
     if kind == "model_change":
-        return f"model: {entry.get('provider')}/{entry.get('modelId')}"
+        return f"{entry.get('provider')}/{entry.get('modelId')}"
     if kind == "thinking_level_change":
-        return f"thinking: {entry.get('thinkingLevel')}"
+        return str(entry.get("thinkingLevel"))
     if kind == "label":
-        return f"label {entry.get('label')!r} on {entry.get('targetId')}"
+        return f"{entry.get('label')!r} on {entry.get('targetId')}"
     if kind == "session_info":
-        return f"name: {entry.get('name')}"
+        return str(entry.get("name"))
     if kind == "custom_message":
         return f"{entry.get('customType')}: {content_summary(entry.get('content'))}"
     if kind == "custom":
-        return f"custom: {entry.get('customType')}"
+        return str(entry.get("customType"))
     return str(kind or "")

@@ -126,7 +126,11 @@ def test_tree(imported: str) -> None:
     rows = list(csv.DictReader(io.StringIO(cli(imported, "tree", SESSION, "--csv", "--full")[1])))
     assert [r["id"] for r in rows] == [n["id"] for n in walk(full)] and rows[0]["depth"] == "0"
     drawn = cli(imported, "tree", SESSION)[1]
-    assert f"* {leaf['id']} compaction" in drawn and "(--full shows them)" in drawn and "├─ " in drawn
+    assert f"* {leaf['id']} compaction: " in drawn and "(--full shows them)" in drawn and "├─ " in drawn
+    kinds = {"compaction", "branch_summary", "context_edit", "model_change", "thinking_level_change", "label"}
+    shown = [n for n in walk(full) if n["kind"] in kinds]
+    assert shown and not any(n["text"].startswith(n["kind"].split("_")[0]) for n in shown)  # said once, by kind
+    assert not re.search(r"(\w+): \1:", cli(imported, "tree", SESSION, "--full")[1])
 
 
 def test_search_phrase_prefix_or_on_both_engines(imported: str) -> None:

@@ -58,7 +58,7 @@ def test_structural_entries_and_labels_are_never_folded(tmp_path: Path) -> None:
                     "targetId": entries[20]["id"], "label": "here"})
     rows = tree_rows(build_tree(entries), leaf_id="lab")
     shown = {r.item.entry_id: r.item for r in rows if r.item.kind == "entry"}
-    assert shown[entries[10]["id"]].text == "model: p/m"
+    assert shown[entries[10]["id"]].text == "p/m"
     assert shown[entries[20]["id"]].label == "here"
 
 
