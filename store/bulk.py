@@ -140,7 +140,7 @@ class SessionWriter:
         self._activity = DayTotals(failures=True)  # with _pairing: the activity totals, written at the end too
         self._copying = ExitStack()  # the open COPY of the rows, with _pairing
         self._copy: Any = None
-        # appends: the turns of the rows, and the run of the last entry row among them (the leaf)
+        # appends: the turns of the rows, and the run of the last entry or value row among them (the leaf)
         self._turns = current_path.PathTurns() if first_seq else None
         self._leaf_run: tuple[int | None] | None = None
 
@@ -154,7 +154,7 @@ class SessionWriter:
         if self._turns is not None:
             self._turns.add_rows(values)
             for row in reversed(values):
-                if row[_KIND_AT] == ENTRY:
+                if row[_KIND_AT] in (ENTRY, VALUE):  # the leaf: the last entry or non-object value
                     self._leaf_run = (row[_RUN_START_AT],)
                     break
         if self._pairing is None:
@@ -191,7 +191,7 @@ class SessionWriter:
 
     def _path_growth(self, outcome: TreeOutcome) -> current_path.PathTurns | None:
         """The appended rows' turns when they only lengthen the stored path: no stored row moves
-        (no late id, no superseded duplicate) and the leaf's run, if an entry was appended,
+        (no late id, no superseded duplicate) and the leaf's run, if a row that can be the leaf was appended,
         starts before them (``current_path.moved_run``); else None."""
         if self._turns is None or outcome.late_ids or outcome.superseded:
             return None

@@ -150,8 +150,9 @@ def test_a_linear_append_writes_no_path_row(tmp_path: Path) -> None:
 def test_a_file_that_grew_along_its_path_writes_no_path_row(tmp_path: Path) -> None:
     """A synced file whose new lines only lengthen the path adds to its turns and leaves
     ``path_runs`` alone (triggers count the writes, SQLite); new lines that branch, name an id
-    defined later, or define an id again make the import walk the path again. After each, the
-    runs, the turns and the off-path totals are what the walk and the views give."""
+    defined later, or define an id again, and a non-object line (the new leaf), make the import walk
+    the path again. After each, the runs, the turns and the off-path totals are what the walk and
+    the views give."""
     from tests.analysis.test_kept_totals import assert_kept
     from tests.analysis.test_tool_call_pairs import _message
 
@@ -185,7 +186,11 @@ def test_a_file_that_grew_along_its_path_writes_no_path_row(tmp_path: Path) -> N
         assert grow(_message("z1", "p1", now + 8, _user("defines z1: o1 moves below it"))) > written  # a late id
         written = grow(_message("q1", "z1", now + 9, _user("linear")))
         assert grow(_message("q2", "q1", now + 10, _user("linear"))) == written
-        assert grow(_message("o1", "q2", now + 11, _user("o1 again"))) > written  # a superseded duplicate
+        duplicated = grow(_message("o1", "q2", now + 11, _user("o1 again")))
+        assert duplicated > written  # a superseded duplicate
+        valued = grow("[1]")  # a line Pi keeps as an entry with no id: the new leaf, a path of its own
+        assert valued > duplicated
+        assert grow(_message("r1", "o1", now + 12, _user("after the value"))) > valued  # back below o1
 
 
 def test_reimport_replacement_prune_and_delete(store: SessionStore, tmp_path: Path, clock) -> None:
