@@ -32,6 +32,7 @@ from store.db.appends import AppendCursor, LockedSession, Seen, session_changes
 from store.db.engine import (
     ConnectionLost,
     behind_pooler,
+    driver_error,
     driver_statement,
     driver_write_transaction,
     read_transaction,
@@ -245,10 +246,13 @@ class SessionManager:
         private = self._engine
         try:
             with write_transaction(private) as conn:
-                cursor = AppendCursor.on(conn)
-                self._batch = _Batch(conn, cursor, last_seq=self._lock(cursor))
-                yield self
-                wrote = self._write(self._batch)
+                try:  # the batch's statements go past SQLAlchemy: its driver errors, as SQLAlchemy's
+                    cursor = AppendCursor.on(conn)
+                    self._batch = _Batch(conn, cursor, last_seq=self._lock(cursor))
+                    yield self
+                    wrote = self._write(self._batch)
+                except private.dialect.loaded_dbapi.Error as exc:
+                    raise driver_error(private, exc) from exc
                 last_seq = self._batch.last_seq
         except BaseException:
             self._leaf, self._leaf_id = base

@@ -265,6 +265,31 @@ def test_create_branched_session_inside_a_batch_is_refused(store: SessionStore) 
     assert ids(store.open(old_id).get_branch()) == [q, a, b]
 
 
+def test_a_batch_that_times_out_on_the_lock_raises_what_an_append_raises(db_url: str, monkeypatch) -> None:
+    """Another writer holds the session (PostgreSQL: its row lock; SQLite: the write lock): a
+    batch, like a single append, fails with SQLAlchemy's ``OperationalError`` "database is
+    locked" once the lock timeout passes (the batch's statements go straight to the driver: its
+    ``LockNotAvailable`` once surfaced as it was), and the manager can write once the lock is free."""
+    from sqlalchemy.exc import OperationalError
+
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with SessionStore.connect(db_url) as store:
+        sm = store.create("/w")
+        q = sm.append_message(user("q"))
+        writer = store.open(sm.get_session_id())
+        with sm.batch():
+            sm.append_message(assistant("a"))
+            with pytest.raises(OperationalError, match=r"^database is locked"), writer.batch():
+                writer.append_message(user("never stored"))
+            with pytest.raises(OperationalError, match=r"^database is locked"):
+                writer.branch_with_summary(q, "a summary")
+            assert writer.get_leaf_id() == q
+        writer.refresh()
+        writer.append_message(user("after"))
+        branch = store.open(sm.get_session_id()).get_branch()
+        assert branch[0]["id"] == q and [e["message"]["role"] for e in branch] == ["user", "assistant", "user"]
+
+
 def test_fork_from_copies_every_branch(store: SessionStore) -> None:
     sm = store.create("/w")
     q = sm.append_message(user("q"))
