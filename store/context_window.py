@@ -8,7 +8,9 @@ change and model source on its path (``compaction_seq`` / ``thinking_seq`` / ``m
 only the window from the first kept entry to the leaf is read, with those two setting entries
 put in front of it when they lie before the window. The context services then see a path that
 gives exactly the answers the full path would: everything before the window is dropped by the
-compaction anyway, and the setting entries only feed the settings.
+compaction anyway, and the setting entries only feed the settings. Pi also reads the role of
+every message on the path for those settings, and fails where a message is null or missing: such
+rows before the window (a partial index finds them) are put in front of it as well.
 
 Without a compaction the context *is* the whole path, which is then read in full.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
 from store.db import queries
 from store.db.schema import entries
@@ -83,9 +85,21 @@ def context_rows(conn: Connection, session_pk: int, leaf_seq: int | None) -> tup
             start = min(positions)
     window = path.seqs_from(start)
     settings = sorted(
-        (position, seq) for seq in {leaf.thinking_seq, leaf.model_seq} - {None}
+        (position, seq) for seq in {leaf.thinking_seq, leaf.model_seq} - {None} | _without_role(conn, session_pk)
         if (position := path.position(seq)) is not None and position < start
     )
     wanted = [seq for _, seq in settings] + window
     lines = queries.lines_at(conn, session_pk, wanted)
     return wanted, [js_parse(lines[seq]) for seq in wanted]
+
+
+# the session's message rows with no role (ix_entries_messages_without_role, migration 0016: the
+# predicate written as the index's, so that both engines' planners use it)
+_WITHOUT_ROLE = text("SELECT seq FROM entries WHERE session_pk = :spk AND type = 'message' AND role IS NULL")
+
+
+def _without_role(conn: Connection, session_pk: int) -> set[int]:
+    """The session's message rows whose ``message`` may be null or missing (none, unless a file
+    was damaged or edited): Pi reads every path message's role for the settings, and fails on
+    them, so the window is preceded by those on the path before it as by the setting entries."""
+    return set(conn.execute(_WITHOUT_ROLE, {"spk": session_pk}).scalars())

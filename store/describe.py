@@ -144,8 +144,9 @@ def context_doc(path: list, branch: list) -> dict[str, Any]:
     projection = safe(lambda: services.build_session_projection(path))
     if isinstance(projection, dict):  # Pi throws: every field built on it does too
         for field in ("projection", "sessionContext", "estimateProjectedContextTokens", "estimateContextTokens",
-                      "messageTokenEstimates", "shouldCompact"):
+                      "messageTokenEstimates"):
             doc[field] = projection
+        doc["shouldCompact"] = _not_due(CompactionSettings())
         doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k)) for k in KEEP_RECENT}
         return doc
     doc["projection"] = projection.describe_json()
@@ -169,9 +170,7 @@ def context_numbers(path: list, branch: list, projection: Any,
         safe(lambda m=m: jsonable(services.estimate_tokens(m))) for m in projection.messages
     ]
     if isinstance(projected, dict):
-        # describe.mjs reads `.tokens` of the error object: undefined, and `undefined > n` is false
-        doc["shouldCompact"] = {"settings": settings.to_json(),
-                                "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
+        doc["shouldCompact"] = _not_due(settings)
     else:
         doc["shouldCompact"] = {
             "contextTokens": jsonable(projected.tokens),
@@ -183,6 +182,12 @@ def context_numbers(path: list, branch: list, projection: Any,
     same = projection if branch is path else None  # compaction plans over the same path reuse it
     doc["prepareCompaction"] = {str(k): safe(lambda k=k: _prep(branch, k, same)) for k in keep_recent}
     return doc
+
+
+def _not_due(settings: CompactionSettings) -> dict[str, Any]:
+    """``shouldCompact`` where the estimate failed: describe.mjs reads ``.tokens`` of the error
+    object (undefined: no ``contextTokens``), and ``undefined > n`` is false for every window."""
+    return {"settings": settings.to_json(), "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
 
 
 def leaf_context_doc(path: list, *, with_projection: bool = True) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 Every fixture session is imported, then ``describe_session`` (what ``pi-store inspect`` prints)
 must equal ``describe.mjs`` on the store-core fields and on the context fields, which the store
-computes from ``context_window.context_path`` (only the part of the path the context needs).
+computes from ``context_window.context_path`` (only the part of the path the context needs);
+where Pi fails, the store must fail too. The crafted fixtures are files written by hand for what
+Pi's generator never writes (messages that are null or missing, before a compaction).
 Migrated v1 files get fresh ids (Pi draws random ones, the oracle pins them to 00000001, ...):
 ids are mapped by entry position before comparing, as the conformance runner does. Corpus
 files are read from ../shared and compared in their reduced (text-free) form.
@@ -24,7 +26,8 @@ CONTEXT_FIELDS = ("contextEntryIds", "projection", "sessionContext", "estimatePr
                   "estimateContextTokens", "messageTokenEstimates", "shouldCompact", "prepareCompaction")
 LEAF_FIELDS = ("pathIds", "contextEntryIds", "projection", "thinkingLevel", "model", "estimateProjectedContextTokens",
                "prepareCompaction500")
-PG_CASES = {"small-seed1-0", "legacy-v1", "edge-duplicate-ids", "edge-missing-parent", "medium-seed1-0"}
+PG_CASES = {"small-seed1-0", "legacy-v1", "edge-duplicate-ids", "edge-missing-parent", "medium-seed1-0",
+            "message-null-before-compaction"}
 
 
 def _rename_ids(ours: dict, oracle: dict) -> dict:
@@ -69,7 +72,7 @@ def check_case(store: SessionStore, case: FixtureCase) -> None:
             continue  # Pi writes a fresh random header into an empty file
         if field not in oracle:
             continue
-        diff = js_diff(oracle[field], ours.get(field), field, skip_oracle_errors=True)
+        diff = js_diff(oracle[field], ours.get(field), field, skip_oracle_errors=True, errors_too=True)
         if diff:
             problems.append(diff)
     if case.all_leaves and "allLeaves" in oracle:
@@ -83,7 +86,8 @@ def check_case(store: SessionStore, case: FixtureCase) -> None:
                     if field not in their_leaf:
                         continue
                     where = f"allLeaves[{their_leaf['leafId']}].{field}"
-                    found = js_diff(their_leaf[field], our_leaf.get(field), where, skip_oracle_errors=True)
+                    found = js_diff(their_leaf[field], our_leaf.get(field), where, skip_oracle_errors=True,
+                                    errors_too=True)
                     if found:
                         problems.append(found)
     assert not problems, f"{case.kind}/{case.name}:\n" + "\n".join(problems[:10])

@@ -85,14 +85,14 @@ def test_manifest_lists_exactly_the_files() -> None:
     manifest = load_manifest()
     listed = {FIXTURES / f[key] for f in manifest["fixtures"] for key in ("session", "describe")
               if f.get(key)}
-    present = {p for folder in ("sessions", "describe", "corpus") for p in (FIXTURES / folder).glob("*")}
+    present = {p for folder in ("sessions", "describe", "corpus", "crafted") for p in (FIXTURES / folder).glob("*")}
     assert sorted(map(str, present - listed)) == [], "files not in MANIFEST.json"
     assert sorted(map(str, listed - present)) == [], "MANIFEST.json files missing"
     counts: dict[str, int] = {}
     for f in manifest["fixtures"]:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1
         assert f["piVersion"] == PI_VERSION
-        assert (f["gen"] is not None) == (f["kind"] != "corpus")
+        assert (f["gen"] is not None) == (f["kind"] not in ("corpus", "crafted"))
     assert counts == manifest["counts"]
     names = [(c.kind == "corpus", c.name) for c in CASES]
     assert len(names) == len(set(names)), "duplicate fixture names"

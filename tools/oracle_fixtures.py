@@ -13,8 +13,10 @@ Runs the real Pi (../shared/oracle, installed in $PI_ORACLE_DIR or ~/.cache/pi-o
                             document with no corpus text (the corpus files have various licences
                             and are never copied here): tests.oracle_support.reduce_for_corpus()
                             of describe.mjs's document, JSON (ASCII, compact, key order kept), gzip;
+* describe/<name>.json.gz   also for each crafted/<name>.jsonl: session files written by hand (in
+                            this repository) for a behaviour Pi's generator never writes;
 * MANIFEST.json             how each fixture was made: kind (gen-small / gen-medium / legacy /
-                            corpus), source sha256 and size, describe flags, gen arguments,
+                            corpus / crafted), source sha256 and size, describe flags, gen arguments,
                             sha256 of gen.mjs / lib.mjs / describe.mjs, Pi and Node versions.
 
 describe.mjs gets --all-leaves when the file has fewer than 700 "\\n" and fewer than 512 KiB
@@ -66,6 +68,7 @@ from tests import oracle_support as osup  # noqa: E402
 DEFAULT_SMALL = "1-40"
 DEFAULT_MEDIUM = "1-3"
 KIND_DIRS = ("sessions", "describe", "corpus")
+CRAFTED_DIR = "crafted"  # session files written by hand for one behaviour each: sources, never deleted
 
 
 def log(*parts: object) -> None:
@@ -211,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if not corpus:
         log(f"warning: no corpus files in {args.corpus_dir}: no corpus fixtures")
     cases += [{"name": p.stem, "kind": "corpus", "path": p, "genArgs": None} for p in corpus]
+    cases += [{"name": p.stem, "kind": "crafted", "path": p, "genArgs": None}
+              for p in sorted((out / CRAFTED_DIR).glob("*.jsonl"))]
     names = [(c["kind"] == "corpus", c["name"]) for c in cases]
     if len(set(names)) != len(names):
         log("error: two fixtures with one name")
@@ -232,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         if reduced:
             rel_describe = f"corpus/{case['name']}.json.gz"
             rel_session = None
+        elif case["kind"] == "crafted":  # the session file is ours, kept where it is
+            rel_describe = f"describe/{case['name']}.json.gz"
+            rel_session = f"{CRAFTED_DIR}/{case['name']}.jsonl"
         else:
             rel_describe = f"describe/{case['name']}.json.gz"
             rel_session = f"sessions/{case['name']}.jsonl"

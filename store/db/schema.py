@@ -213,6 +213,11 @@ entries = Table(
     Index("ix_entries_model_errors", "session_pk",
           sqlite_where=text("type = 'message' AND facts ->> 'stopReason' = 'error'"),
           postgresql_where=text("type = 'message' AND facts ->> 'stopReason' = 'error'")),
+    # the few message rows with no role (``message`` null or missing: Pi's context fails on them
+    # anywhere on the path; ``store.context_window``; migration 0016)
+    Index("ix_entries_messages_without_role", "session_pk", "seq",
+          sqlite_where=text("type = 'message' AND role IS NULL"),
+          postgresql_where=text("type = 'message' AND role IS NULL")),
     info={SQLITE_ROWID: "pk"},
 )
 
