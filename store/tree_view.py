@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.format import js_stringify
 from store.tree import TreeNode
 
 # Entry types that always get a row of their own (they change what the model sees or is set to).
@@ -122,11 +123,13 @@ def tree_structure(
     open_folds: Iterable[str] = (),
     min_fold: int | None = MIN_FOLD,
     summaries: Callable[[Sequence[Any]], Sequence[str]] | None = None,
+    opened_runs: set[str] | None = None,
 ) -> list[TreeItem]:
     """The items of the tree under ``roots`` (``build_tree``'s result), children in Pi's order;
     ``path_ids``: the root→selected path, marked; runs of ``min_fold`` or more plain entries
-    folded (None: none), except those whose first entry id is in ``open_folds``;
-    ``summaries``: the texts of a list of entries (default: :func:`entry_summary` of each)."""
+    folded (None: none), except those whose first entry id is in ``open_folds`` (the keys that
+    opened a run are added to ``opened_runs``, when given); ``summaries``: the texts of a list
+    of entries (default: :func:`entry_summary` of each)."""
     path = {i for i in path_ids if isinstance(i, str)}
     opened = set(open_folds)
     root_ids = {id(root) for root in roots}
@@ -162,6 +165,8 @@ def tree_structure(
             siblings.append(fold)
             siblings = fold.children
         else:
+            if run and len(run) >= min_fold and opened_runs is not None:
+                opened_runs.add(_id(run[0]))
             for member in run:
                 item = make(member)
                 siblings.append(item)
@@ -256,9 +261,10 @@ def tree_rows(roots: list[TreeNode], **options: Any) -> list[TreeRow]:
     return layout(tree_structure(roots, **options))
 
 
-def one_line(text: str, limit: int = SUMMARY_CHARS) -> str:
-    """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters."""
-    flat = " ".join(text.split())
+def one_line(text: Any, limit: int = SUMMARY_CHARS) -> str:
+    """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters; a
+    value that is not a string (a session's ``command`` may be a number) as its JSON."""
+    flat = " ".join((text if isinstance(text, str) else js_stringify(text)).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

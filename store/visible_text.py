@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from store.format import js_stringify
+
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 # C0/C1 controls other than tab and newline, bidi embeddings/overrides/isolates, zero-width marks,
 # and lone surrogates (not encodable as UTF-8)
@@ -17,7 +19,13 @@ INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u
 
 
 def visible(value: Any) -> str:
-    """``value`` as display text: ANSI sequences removed, invisible characters shown as ``⟨U+001B⟩``."""
-    text = value if isinstance(value, str) else "" if value is None else str(value)
+    """``value`` as display text: ANSI sequences removed, invisible characters shown as ``⟨U+001B⟩``;
+    another JSON value (an id that is an array, a number) as its JSON, None as nothing."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, (list, dict, int, float)):
+        text = js_stringify(value)
+    else:  # None, a template's undefined: nothing
+        text = "" if value is None else str(value)
     text = ANSI.sub("", text)
     return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)

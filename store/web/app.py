@@ -257,14 +257,13 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
 
     def session_page(request: Request, params: QueryParams) -> Response:
         session_id = request.path_params["session_id"]
-        opened = params.getlist("open")
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
         ctx_tail = None if params.get("ctx") == "all" else CONTEXT_TAIL
-        doc, branch, context = data.session_view(store, session_id, params.get("leaf") or None, opened, tail,
-                                                 context=True, context_tail=ctx_tail)
-        return page("session.html", doc=doc, info=doc["session"], branch=branch,
+        doc, branch, context = data.session_view(store, session_id, params.get("leaf") or None,
+                                                 params.getlist("open"), tail, context=True, context_tail=ctx_tail)
+        return page("session.html", doc=doc, info=doc["session"], branch=branch,  # links keep the folds it opened
                     skipped=len(doc["pathIds"]) - len(branch),
-                    context=context, opened=opened, keep=str(data.KEEP))
+                    context=context, opened=doc["openFolds"], keep=str(data.KEEP))
 
     def api_sessions(request: Request, params: QueryParams) -> Response:
         """``list --json``'s list; the next page's cursor, if any, in the ``X-Next-Cursor`` header

@@ -166,7 +166,8 @@ def usage(store: SessionStore, session_id: str | None = None) -> dict:
 def session_doc(store: SessionStore, session_id: str, selected: str | None = None,
                 open_folds: Iterable[str] = ()) -> dict:
     """A session: its listing info, its current leaf, the selected entry (default: the leaf),
-    the tree as display rows (``store.tree_view``) and the root→selected path (``pathIds``)."""
+    the tree as display rows (``store.tree_view``), the root→selected path (``pathIds``) and the
+    keys of ``open_folds`` that opened a fold (``openFolds``: the others are dropped)."""
     return session_view(store, session_id, selected, open_folds, tail=0)[0]
 
 
@@ -184,23 +185,28 @@ def session_view(store: SessionStore, session_id: str, selected: str | None = No
         session = queries.stored_session(conn, session_id)
         leaf = queries.tree_columns_of(conn, session.pk, session.leaf_seq) if session.leaf_seq is not None else None
         leaf_id = leaf.entry_id if leaf is not None and leaf.depth is not None else None
-        chosen = selected if selected is not None else leaf_id
-        seq = queries.seq_of(conn, session.pk, chosen) if chosen is not None else None
-        if selected is not None and seq is None:
-            raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
+        if selected is None:  # the leaf row, also when its id is not a string (as context_view)
+            chosen, seq = leaf_id, session.leaf_seq
+        else:
+            chosen, seq = selected, queries.seq_of(conn, session.pk, selected)
+            if seq is None:
+                raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
         path = queries.path_rows(conn, session.pk, seq, "seq", "entry_id") if seq is not None else []
         path_ids = [row.entry_id for row in path]
         context_doc, parsed = None, {}
-        if context and chosen is not None:
+        if context and seq is not None:
             context_doc, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
         entries, summaries = tree_entries(conn, session.pk)
         shown = path if tail is None else path[len(path) - tail:] if tail else []
         lines = queries.lines_at(conn, session.pk, [row.seq for row in shown if row.seq not in parsed])
         branch = [parsed[row.seq] if row.seq in parsed else js_parse(lines[row.seq]) for row in shown]
+        open_folds = list(dict.fromkeys(open_folds))
+        opened: set[str] = set()
         items = tree_structure(build_tree(entries), leaf_id=leaf_id, path_ids=path_ids, selected_id=chosen,
-                               open_folds=open_folds, summaries=summaries)
+                               open_folds=open_folds, summaries=summaries, opened_runs=opened)
     doc = {"session": info.to_json(), "leafId": leaf_id, "selectedId": chosen, "entryCount": len(entries),
-           "tree": [row.to_json() for row in layout(items)], "pathIds": path_ids}
+           "tree": [row.to_json() for row in layout(items)], "pathIds": path_ids,
+           "openFolds": [key for key in open_folds if key in opened]}
     return doc, branch, context_doc
 
 
@@ -304,6 +310,12 @@ def _json_id(entry: Any) -> Any:
     return value if value is None or type(value) is str else jsonable(value)
 
 
+def _map_key(value: Any) -> Any:
+    """``value`` as a key of Pi's ``Map``s of ids: an array or object id (a damaged file) is
+    compared by identity there, so it matches nothing."""
+    return object() if isinstance(value, (list, dict)) else value
+
+
 def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: list, tail: int | None) -> dict:
     """``messages`` (with ``provenance``; the last ``tail`` only, when given), ``messageCount``,
     ``hidden`` (entries a context edit hides) and ``summarised`` (the path entries the latest
@@ -313,13 +325,13 @@ def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: li
     compaction = first if isinstance(first, dict) and first.get("type") == "compaction" else None
     kept: set[int] = set()
     if compaction is not None:  # the context entries that lie before the compaction on the path
-        position = {entry_id: n for n, entry_id in enumerate(path_ids)}
-        at = position.get(compaction.get("id"), len(path_ids))
-        kept = {id(e) for e in sources[1:] if isinstance(e, dict) and position.get(e.get("id"), at) < at}
+        position = {_map_key(entry_id): n for n, entry_id in enumerate(path_ids)}
+        at = position.get(_map_key(compaction.get("id")), len(path_ids))
+        kept = {id(e) for e in sources[1:] if isinstance(e, dict) and position.get(_map_key(e.get("id")), at) < at}
     edits: dict[Any, dict] = {}
     for entry in sources:
         if isinstance(entry, dict) and entry.get("type") == "context_edit":
-            edits[entry.get("targetId")] = entry
+            edits[_map_key(entry.get("targetId"))] = entry
     count = len(projection.messages)
     first_shown = 0 if tail is None else max(count - tail, 0)
     messages: list[dict] = []
@@ -327,7 +339,7 @@ def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: li
     index = 0
     for n, item in enumerate(projection.entries):
         source = item.source_entry if isinstance(item.source_entry, dict) else {}
-        edit = edits.get(source.get("id")) if edits and source.get("type") != "context_edit" else None
+        edit = edits.get(_map_key(source.get("id"))) if edits and source.get("type") != "context_edit" else None
         if edit is not None and edit.get("replacement") is None:
             hidden.append({"entryId": source_ids[n], "editId": edit.get("id")})
         for message in item.messages:

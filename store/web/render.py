@@ -51,7 +51,7 @@ def pretty_json(value: Any) -> str:
 def image(block: dict) -> Markup:
     """An ``<img>`` for an image block with raster data, else a note saying what it was."""
     mime, data = block.get("mimeType"), block.get("data")
-    if mime in IMAGE_TYPES and isinstance(data, str) and BASE64.fullmatch(data):
+    if isinstance(mime, str) and mime in IMAGE_TYPES and isinstance(data, str) and BASE64.fullmatch(data):
         return Markup('<img class="image" alt="image from the session" src="data:{};base64,{}">').format(
             mime, "".join(data.split()))
     return Markup('<span class="note">[image: {}]</span>').format(clean(mime))

@@ -169,6 +169,66 @@ def test_lone_surrogates_in_ids_and_text(tmp_path) -> None:
         stop(process)
 
 
+def test_values_of_other_types_than_pis_render(tmp_path) -> None:
+    """Ids, edit targets, image types, commands and tool names that are arrays, objects or
+    numbers (a damaged or hand-made file): every page and API answer renders (each was a 500),
+    the conversation and context of a leaf whose id is not a string are shown (the page said it
+    had no entry), and that entry gets no link (it cannot be selected)."""
+    def user(entry_id: object, parent: object, text: str) -> dict:
+        return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-03-01T00:00:01.000Z",
+                "message": {"role": "user", "content": text, "timestamp": 1}}
+
+    def edit(target: object) -> dict:
+        return {"type": "context_edit", "id": "e1", "parentId": "u1", "timestamp": "2026-03-01T00:00:02.000Z",
+                "targetId": target, "replacement": None}
+
+    odd = {
+        "edit-target": [user("u1", None, "hi"), edit(["u1"])],
+        "list-id-leaf": [user("u1", None, "hi"), edit("u1"), user(["x"], "e1", "the leaf")],
+        "object-id-kept": [user("u1", None, "hi"), {"type": "compaction", "id": "c1", "parentId": "u1",
+                           "timestamp": "2026-03-01T00:00:02.000Z", "summary": "s", "firstKeptEntryId": "u1",
+                           "tokensBefore": 5}, user({"a": 1}, "c1", "the leaf")],
+        "image-type": [{**user("u1", None, ""), "message": {"role": "user", "timestamp": 1, "content": [
+            {"type": "image", "mimeType": ["image/png"], "data": "AAAA"}]}}],
+        "command-number": [user("u1", None, "hi"), {**user("b1", "u1", ""), "message": {
+            "role": "bashExecution", "command": 42, "output": "ok", "exitCode": 0, "timestamp": 2}}],
+        "tool-name-object": [user("u1", None, "hi"), {**user("t1", "u1", ""), "message": {
+            "role": "toolResult", "toolCallId": "c1", "toolName": {"n": 1}, "content": [], "isError": False,
+            "timestamp": 2}}],
+    }
+    files = [sessions.write(tmp_path / f"{name}.jsonl", name, entries) for name, entries in odd.items()]
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    subprocess.run([sys.executable, "-m", "store.cli", "--db", url, "import", *map(str, files)], check=True,
+                   capture_output=True, timeout=300)
+    process, base = start_server(url)
+    try:
+        for name in odd:
+            for path in (f"/sessions/{name}", f"/api/sessions/{name}", f"/api/sessions/{name}/context"):
+                assert httpx.get(base + path, timeout=60).status_code == 200, path
+        page = httpx.get(base + "/sessions/list-id-leaf", timeout=60).text
+        assert 'id="ctx-count">1 from 3 context entries' in page and "the leaf" in page
+        assert '<span class="meta id">[&#34;x&#34;]</span>' in page
+        context = httpx.get(base + "/api/sessions/edit-target/context", timeout=60).json()
+        assert context["hidden"] == [] and context["messageCount"] == 1  # an array target hides nothing
+        assert "[image: [&#34;image/png&#34;]]" in httpx.get(base + "/sessions/image-type", timeout=60).text
+        assert '<span class="text">$ 42</span>' in httpx.get(base + "/sessions/command-number", timeout=60).text
+    finally:
+        stop(process)
+
+
+def test_open_folds_that_open_nothing_are_not_carried_into_links(served: Served) -> None:
+    """Each ``open`` key is copied into every link of the page: unknown and repeated keys made a
+    page of tree rows × query length (a 21 KB query gave a 416 MB page)."""
+    plain = served.get(f"/sessions/{sessions.LONG_ID}")
+    flooded = served.get(f"/sessions/{sessions.LONG_ID}?" + "&".join(["open=nothing"] * 500))
+    assert plain.status_code == flooded.status_code == 200
+    assert len(flooded.text) == len(plain.text)
+    fold = re.search(r'href="[^"]*open=([^"&#]+)', plain.text).group(1)
+    opened = served.get(f"/sessions/{sessions.LONG_ID}?open={fold}&open={fold}&open=nothing").text
+    assert f"open={fold}" in opened and "open=nothing" not in opened
+    assert max(link.count("open=") for link in re.findall(r'href="([^"]*)"', opened)) <= 2  # its own, and one more
+
+
 def test_port_0_is_announced_as_bound_and_a_port_in_use_is_one_error_line(tmp_path) -> None:
     """``--port 0`` printed ``http://127.0.0.1:0/``; a port in use printed the banner, then
     uvicorn's own error, and exited 3. The command binds first: the banner names the port it
