@@ -227,21 +227,22 @@ def test_a_read_command_on_an_older_schema_it_cannot_write_says_so(tmp_path: Pat
     import sqlite3
 
     import click
+    from alembic import command
 
     from store.cli.app import _connect
-    from store.db.engine import script_head
+    from store.db.engine import alembic_config, script_head, stored_revision
     from store.session_store import SessionStore
 
     db = tmp_path / "old.db"
-    with SessionStore.connect(f"sqlite:///{db}"):
-        pass
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '0014'")
-    with pytest.raises(click.ClickException, match=r"schema is at revision 0014, this pi-store's is .* cannot be "
-                                                   r"upgraded here"):
+    with SessionStore.connect(f"sqlite:///{db}") as store:
+        command.downgrade(alembic_config(store.engine), "-1")  # the revision before this pi-store's
+        older = stored_revision(store.engine)
+    assert older != script_head()
+    with pytest.raises(click.ClickException, match=rf"schema is at revision {older}, this pi-store's is .* cannot "
+                                                   r"be upgraded here"):
         _connect(f"sqlite:///{db}", "ro", must_exist=True)
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0014",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (older,)
     _connect(f"sqlite:///{db}", None, must_exist=True).engine.dispose()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (script_head(),)

@@ -197,6 +197,31 @@ def test_locked_database(tmp_path: Path) -> None:
         holder.close()
 
 
+def test_read_commands_leave_the_journal_mode_as_they_find_it(tmp_path: Path) -> None:
+    """Read commands only read: a SQLite database that is not a store, or a store someone
+    switched out of WAL mode, comes out byte for byte as it was (the connection setup once
+    switched every file it opened to WAL, even one the command then refused)."""
+    foreign = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.commit()
+    before = foreign.read_bytes()
+    for args in (["list"], ["serve", "--port", "0"], ["sql", "SELECT 1"]):
+        assert "holds no store yet" in one_error_line(pi_store(str(foreign), *args)), args
+    assert foreign.read_bytes() == before
+    store = tmp_path / "s.db"
+    assert pi_store(str(store), "import", str(SESSION)).returncode == 0
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        assert conn.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    before = store.read_bytes()
+    for args in (["list"], ["search", "branch"], ["inspect", session_id(SESSION)], ["stats"], ["verify", "--all"]):
+        assert pi_store(str(store), *args).returncode == 0, args
+    assert store.read_bytes() == before
+    assert pi_store(str(store), "import", str(OTHER)).returncode == 0  # a write command puts it in WAL mode
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
 def test_lock_timeout_zero_waits_as_long_as_it_takes(tmp_path: Path, monkeypatch) -> None:
     """``PI_STORE_LOCK_TIMEOUT=0`` is "no limit" on SQLite too (SQLite's own busy timeout 0 would
     fail at once): an append waits for a writer that holds the lock for a while, then lands."""

@@ -334,7 +334,7 @@ def _connect(url: str, read_only: ReadOnly | None, *, must_exist: bool = False) 
     from store.db.faults import masked_url
     from store.session_store import SessionStore
 
-    engine = make_engine(url, read_only=read_only)
+    engine = make_engine(url, read_only=read_only, wal=not must_exist)
     try:
         if must_exist and not inspect(engine).has_table("alembic_version"):
             raise click.ClickException(f"no pi-store database at {masked_url(url)}: it holds no store yet "

@@ -241,13 +241,15 @@ def default_url() -> str:
     return sqlite_file_url(path)
 
 
-def make_engine(url: str | URL, *, read_only: ReadOnly | None = None) -> Engine:
+def make_engine(url: str | URL, *, read_only: ReadOnly | None = None, wal: bool = True) -> Engine:
     """Create an engine with this project's connection settings (no schema changes).
 
     ``read_only`` (SQLite files only): open the file without writing to it, see
     :func:`sqlite_read_only_uri`; every write then fails with "attempt to write a readonly database".
+    ``wal=False`` (SQLite): leave the file's journal mode as it is (read commands: a database
+    that is not in WAL mode, or not a store at all, is not switched to it by a read).
     """
-    return _build_engine(normalize_url(url), create_engine, read_only)
+    return _build_engine(normalize_url(url), create_engine, read_only, wal)
 
 
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg_async"}
@@ -263,7 +265,8 @@ def make_async_engine(url: str | URL) -> AsyncEngine:
     return _build_engine(parsed.set(drivername=ASYNC_DRIVERS[parsed.get_backend_name()]), create_async_engine)
 
 
-def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly | None = None) -> Any:
+def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly | None = None,
+                  wal: bool = True) -> Any:
     """The engine ``create`` (``create_engine`` or ``create_async_engine``) makes of ``parsed``,
     with this project's settings (see :func:`make_engine`)."""
     lock_ms = lock_timeout_ms()
@@ -285,7 +288,7 @@ def _build_engine(parsed: URL, create: Callable[..., Any], read_only: ReadOnly |
             connect_args={"check_same_thread": False, "timeout": _sqlite_busy_ms(lock_ms) / 1000},
             **options,
         )
-        _configure_sqlite(_sync(engine), memory, read_only is not None, lock_ms)
+        _configure_sqlite(_sync(engine), memory, read_only is not None, lock_ms, wal)
     else:
         engine = create(parsed, connect_args=_postgres_args(parsed, lock_ms), **pool_options(parsed))
         _configure_postgres(_sync(engine), parsed, lock_ms)
@@ -418,14 +421,14 @@ def _sqlite_busy_ms(lock_ms: int) -> int:
     return lock_ms or 2**31 - 1
 
 
-def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: int) -> None:
+def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: int, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
         cur = dbapi_conn.cursor()
         if read_only:
             cur.execute("PRAGMA query_only=ON")
-        elif not memory:
+        elif wal and not memory:
             cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA cache_size=-32768")  # 32 MiB of page cache: long batches and imports
