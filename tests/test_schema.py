@@ -90,6 +90,40 @@ def test_path_query_plan_uses_indexes_only(tmp_path) -> None:
         assert any("USING INDEX" in d or "PRIMARY KEY" in d for d in details), details
 
 
+def test_path_rows_reads_each_run_through_the_index(db_url: str) -> None:
+    """``queries.path_rows`` reads each run of the path by a range of the (session_pk, seq) index
+    whatever the table's statistics say: PostgreSQL planned the plain join, on a table not yet
+    analysed after an import, as every run against all of the session's rows (a Join Filter)."""
+    from sqlalchemy import event
+
+    with SessionStore.connect(db_url) as store:
+        sm = store.create("/w")
+        for n in range(40):  # a comb: each branch point starts a run of its own
+            point = sm.append_message({"role": "user", "content": f"on the path {n}"})
+            sm.append_message({"role": "user", "content": f"a side branch {n}"})
+            sm.branch(point)
+        sm.append_message({"role": "user", "content": "the leaf"})
+        seen: list[tuple] = []
+        with read_transaction(store.engine) as conn:
+            spk, leaf_seq = conn.execute(text("SELECT pk, leaf_seq FROM sessions")).one()
+            event.listen(conn, "before_cursor_execute", lambda *args: seen.append((args[2], args[3])))
+            rows = queries.path_rows(conn, spk, leaf_seq, "seq", "line")
+            statement, parameters = seen[0]
+            assert len(rows) == len(queries.path_runs(conn, spk, leaf_seq)) == 41  # a run per row
+            if conn.dialect.name == "sqlite":
+                details = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+                assert not [d for d in details if d.startswith("SCAN") and d.split()[1] not in ("w", "walk")], details
+                return
+            (plan,) = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()
+
+    def nodes(node: dict) -> list[dict]:
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    found = nodes(plan["Plan"])
+    ranges = [n for n in found if "run_end" in n.get("Join Filter", "") + n.get("Index Cond", "")]
+    assert ranges and all(n.get("Relation Name") == "entries" and "Index" in n["Node Type"] for n in ranges), ranges
+
+
 def test_tool_call_pairs_migration_with_data(db_url: str) -> None:
     """Down to 0005 with sessions stored (the query-time view returns), then up again: 0006 pairs
     the stored tool calls and the view returns the same rows."""
