@@ -167,7 +167,7 @@ def session_url(session_id: str, leaf: str | None = None, opened: list[str] | tu
                 show_all: bool = False, ctx_all: bool = False, anchor: str | None = None) -> str:
     """The session page's URL for a selected entry, open folds, the whole conversation
     (``show_all``) and every context message (``ctx_all``)."""
-    params: list[tuple[str, str]] = [("leaf", leaf)] if leaf else []
+    params: list[tuple[str, str]] = [("leaf", leaf)] if leaf is not None else []
     params += [("open", key) for key in opened]
     if show_all:
         params.append(("all", "1"))
@@ -246,9 +246,9 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                     search=search, q=text)
 
     def usage_page(request: Request, params: QueryParams) -> Response:
-        session_id = params.get("session") or None
-        info = store.find_by_id(session_id) if session_id else None
-        if session_id and info is None:
+        session_id = params.get("session")  # "" is an id too (Pi's files may hold one)
+        info = store.find_by_id(session_id) if session_id is not None else None
+        if session_id is not None and info is None:
             raise SessionNotFound(f"no session {session_id!r} in the store")
         usage = data.usage(store, session_id)
         return page("usage.html", usage=usage, session=info.to_json() if info else None,
@@ -259,7 +259,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
         session_id = request.path_params["session_id"]
         tail = None if params.get("all") == "1" else CONVERSATION_TAIL
         ctx_tail = None if params.get("ctx") == "all" else CONTEXT_TAIL
-        doc, branch, context = data.session_view(store, session_id, params.get("leaf") or None,
+        doc, branch, context = data.session_view(store, session_id, params.get("leaf"),
                                                  params.getlist("open"), tail, context=True, context_tail=ctx_tail)
         return page("session.html", doc=doc, info=doc["session"], branch=branch,  # links keep the folds it opened
                     skipped=len(doc["pathIds"]) - len(branch),
@@ -274,12 +274,12 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
 
     def api_session(request: Request, params: QueryParams, suffix: str = "") -> Response:
         session_id = request.path_params["session_id"] + suffix  # suffix: see api_context
-        return JSJSONResponse(data.session_doc(store, session_id, params.get("leaf") or None, params.getlist("open")))
+        return JSJSONResponse(data.session_doc(store, session_id, params.get("leaf"), params.getlist("open")))
 
     def api_context(request: Request, params: QueryParams) -> Response:
         if not _route_suffix(request, "/context"):  # ".../x%2Fcontext": the id is "x/context"
             return api_session(request, params, "/context")
-        return JSJSONResponse(data.context_view(store, request.path_params["session_id"], params.get("leaf") or None))
+        return JSJSONResponse(data.context_view(store, request.path_params["session_id"], params.get("leaf")))
 
     def api_search(request: Request, params: QueryParams) -> Response:
         text = params.get("q", "").strip()

@@ -129,6 +129,9 @@ def test_session_ids_with_a_slash_or_none_open(tmp_path) -> None:
             assert context.json()["sessionId"] == session_id
         spelled = httpx.get(base + "/api/sessions/a/cont%65xt", timeout=60)  # %65 is "e": the route all the same
         assert spelled.json()["sessionId"] == "a"
+        usage = httpx.get(base + "/usage?session=", timeout=60).text  # the usage of the session whose id is ""
+        assert "Usage of " in usage and "Usage, all sessions" not in usage
+        assert "Usage, all sessions" in httpx.get(base + "/usage", timeout=60).text
     finally:
         stop(process)
 
