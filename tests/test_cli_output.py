@@ -111,6 +111,20 @@ def test_sql_formats(imported: str) -> None:
     assert cli(imported, "sql", query, "--tsv")[1] == "a\tb\n1\tx y\n"
 
 
+def test_sql_numbers_read_the_same_in_every_format(imported: str) -> None:
+    """Floats as JavaScript writes them in CSV, TSV and JSON alike (TSV had Python's ``1e-07``),
+    and PostgreSQL's numeric Infinity and NaN as JSON's null (they were an OverflowError)."""
+    query = "SELECT CAST(0.0000001 AS DOUBLE PRECISION) AS a, CAST(1e20 AS DOUBLE PRECISION) AS b"
+    if imported.startswith("postgresql"):
+        query += ", CAST('Infinity' AS numeric) AS c, CAST('NaN' AS numeric) AS d"
+    expected = ["1e-7", "100000000000000000000"] + (["null", "null"] if imported.startswith("postgresql") else [])
+    for fmt, sep in (("--csv", ","), ("--tsv", "\t")):
+        code, out, err = cli(imported, "sql", query, fmt)
+        assert code == 0 and out.splitlines()[1].split(sep) == expected, (fmt, out, err)
+    code, out, _ = cli(imported, "sql", query, "--json")
+    assert code == 0 and out == "[{" + ",".join(f'"{k}":{v}' for k, v in zip("abcd", expected, strict=False)) + "}]\n"
+
+
 def test_tree(imported: str) -> None:
     roots = json.loads(cli(imported, "tree", SESSION, "--json")[1])
     full = json.loads(cli(imported, "tree", SESSION, "--json", "--full")[1])

@@ -27,6 +27,7 @@ import base64
 import csv
 import io
 import itertools
+import math
 import os
 import sqlite3
 import time
@@ -103,7 +104,7 @@ def stream_sql(engine: Engine, sql: str, *, timeout: float | None = DEFAULT_TIME
     deadline = time.monotonic() + timeout if timeout else None
 
     def failure(exc: Exception) -> QueryFailed:
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and (time.monotonic() >= deadline or "due to statement timeout" in str(exc)):
             return QueryFailed(f"statement timeout: stopped after {timeout:g} s (pi-store sql --timeout SECONDS)")
         if isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted":
             # Ctrl-C's KeyboardInterrupt, raised inside the progress handler, which SQLite turns
@@ -269,7 +270,7 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
 
 def _pg_timeout(cursor: Any, deadline: float | None) -> None:
     """``statement_timeout`` for the next statement: what is left until ``deadline``."""
-    left_ms = 0 if deadline is None else int((deadline - time.monotonic()) * 1000)
+    left_ms = 0 if deadline is None else math.ceil((deadline - time.monotonic()) * 1000)  # not before it
     if deadline is not None and left_ms <= 0:
         raise TimeoutError("statement timeout: the time limit passed between two fetches")
     cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(left_ms)])
@@ -279,8 +280,8 @@ def _pg_timeout(cursor: Any, deadline: float | None) -> None:
 
 def json_value(value: Any) -> Any:
     """A cell as a JSON value (decimals as numbers, bytes as base64; jsonb values stay JSON)."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Decimal):  # NaN and ±Infinity (PostgreSQL's numeric has them) as floats: null
+        return int(value) if value.is_finite() and value == value.to_integral_value() else float(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, (str, int, float, bool, dict, list)) or value is None:

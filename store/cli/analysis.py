@@ -44,7 +44,7 @@ def sql_command(query: str, fmt: str | None, timeout: float) -> None:
     Every format streams; the table (also the piped default) sizes its columns from the first
     1,000 rows and ends with a row count.
     """
-    from store.analysis.readonly import json_value, row_objects, stream_sql, write_csv, write_json, write_table
+    from store.analysis.readonly import cell_text, row_objects, stream_sql, write_csv, write_json, write_table
 
     if not query.strip():
         raise click.BadParameter("empty: give one SQL statement", param_hint="QUERY")
@@ -57,7 +57,7 @@ def sql_command(query: str, fmt: str | None, timeout: float) -> None:
             write_nl(row_objects(rows.columns, rows))
         elif fmt == "tsv":
             write_delimited([Column(c, c) for c in rows.columns],
-                            ({c: json_value(v) for c, v in zip(rows.columns, row, strict=True)} for row in rows), "\t")
+                            ({c: cell_text(v) for c, v in zip(rows.columns, row, strict=True)} for row in rows), "\t")
         else:
             write = write_json if fmt == "json" else write_csv if fmt == "csv" else write_table
             write(rows.columns, rows, sys.stdout)

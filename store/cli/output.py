@@ -54,7 +54,7 @@ class Column:
 def _scalar(value: Any) -> str:
     from store.format.jsjson import js_stringify
 
-    return js_stringify(value) if isinstance(value, (dict, list, bool)) else str(value)
+    return js_stringify(value) if isinstance(value, (dict, list, bool, float)) else str(value)  # 1e-05: 0.00001
 
 
 def format_options(json_help: str) -> Callable:
