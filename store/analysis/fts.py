@@ -82,10 +82,8 @@ class Query:
 
     def tsquery(self) -> str:
         """The ``to_tsquery('simple', ...)`` text (words are letters and digits only: no quoting issues)."""
-        groups = []
-        for terms in self.alternatives:
-            groups.append("(" + " & ".join(("!" if t.excluded else "") + _ts_term(t) for t in terms) + ")")
-        return " | ".join(groups)
+        return _balanced([_balanced([("!" if t.excluded else "") + _ts_term(t) for t in terms], "&")
+                          for terms in self.alternatives], "|")
 
     def words_tsquery(self) -> str:
         """The ``tsquery`` text (its input syntax: no parser) that PostgreSQL's index of the rows'
@@ -95,13 +93,22 @@ class Query:
         groups = []
         for terms in self.alternatives:
             parts = [f"!{_ts_term(t)}" for t in terms if t.excluded and len(t.words) == 1]
-            parts[:0] = [" & ".join(_ts_words(t)) for t in terms if not t.excluded]
-            groups.append("(" + " & ".join(parts) + ")")
-        return " | ".join(groups)
+            parts[:0] = [word for t in terms if not t.excluded for word in _ts_words(t)]
+            groups.append(_balanced(parts, "&"))
+        return _balanced(groups, "|")
 
     def has_phrase(self) -> bool:
         """Whether a term has several words (a phrase: their order matters)."""
         return any(len(t.words) > 1 for terms in self.alternatives for t in terms)
+
+
+def _balanced(parts: list[str], operator: str) -> str:
+    """``parts`` joined by a ``tsquery`` operator as a balanced tree, parenthesised: PostgreSQL
+    evaluates a query recursively, and a chain of 20,000 alternatives exceeded its stack depth."""
+    while len(parts) > 1:
+        parts = [f"({parts[i]} {operator} {parts[i + 1]})" if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return f"({parts[0] if parts else ''})"
 
 
 def _fts5_term(term: Term) -> str:

@@ -3,6 +3,7 @@ compaction and context edits, the query syntax, and updates right after an appen
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -140,13 +141,26 @@ def test_query_syntax(store: SessionStore) -> None:
 def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
     query = parse_query('alpha "beta gamma" delt* -epsilon OR zeta-eta')
     assert query.fts5() == '("alpha" AND "beta gamma" AND "delt" * NOT "epsilon") OR ("zeta eta")'
-    assert query.tsquery() == "(('alpha') & ('beta' <-> 'gamma') & ('delt':*) & !('epsilon')) | (('zeta' <-> 'eta'))"
+    assert query.tsquery() == ("(((((('alpha') & ('beta' <-> 'gamma')) & (('delt':*) & !('epsilon')))) | "
+                               "(('zeta' <-> 'eta'))))")  # balanced trees (see test_twenty_thousand_alternatives)
     # PostgreSQL's index of words (migration 0015): a phrase's words, an excluded phrase checked later
-    assert query.words_tsquery() == "('alpha' & 'beta' & 'gamma' & 'delt':* & !('epsilon')) | ('zeta' & 'eta')"
+    assert query.words_tsquery() == ("(((((('alpha' & 'beta') & ('gamma' & 'delt':*)) & !('epsilon'))) | "
+                                     "(('zeta' & 'eta'))))")
     assert query.has_phrase()
     excluded_phrase = parse_query('alpha -"beta gamma"')
-    assert (excluded_phrase.words_tsquery(), excluded_phrase.has_phrase()) == ("('alpha')", True)
+    assert (excluded_phrase.words_tsquery(), excluded_phrase.has_phrase()) == ("(('alpha'))", True)
     assert not parse_query("alpha delt* -epsilon").has_phrase()
+
+
+def test_twenty_thousand_alternatives(store: SessionStore) -> None:
+    """PostgreSQL evaluates a tsquery recursively: a chain of 20,000 alternatives exceeded its
+    stack depth ("stack depth limit exceeded"), so they are joined as a balanced tree."""
+    sm = store.create("/work/many")
+    hit = sm.append_message({"role": "user", "content": "one needle here", "timestamp": 1})
+    query = " OR ".join([f"w{n}" for n in range(20_000)] + ["needle"])
+    depth = itertools.accumulate(1 if c == "(" else -1 if c == ")" else 0 for c in parse_query(query).tsquery())
+    assert max(depth) < 20
+    assert only(store.search(query, limit=5)).entry_id == hit
 
 
 def test_a_word_longer_than_postgresql_indexes_is_a_bad_query_there(store: SessionStore) -> None:
