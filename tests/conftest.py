@@ -9,6 +9,7 @@ reason, and the run's summary says so in capitals — never a silent pass.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,6 +89,15 @@ def _pg_database() -> str | None:
     _pg_state["url"] = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     _pg_state["name"] = name
     return _pg_state["url"]
+
+
+def pytest_configure(config) -> None:
+    """Tests stop commands with Ctrl-C (SIGINT). A shell starts a background job (``pytest &``)
+    with SIGINT ignored, the processes it starts inherit that, and Python then never turns
+    SIGINT into KeyboardInterrupt: those tests would wait for their timeouts. Undo it here (in
+    the workers too), so the commands under test start with SIGINT as a terminal gives it."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
