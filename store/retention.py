@@ -34,6 +34,7 @@ deleted whole instead. The whole prune is one transaction; on SQLite the file is
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -74,7 +75,7 @@ def parse_duration(value: str) -> int:
             break
         total += float(match.group(1)) * _UNITS_MS[match.group(2).lower()]
         at = match.end()
-    if at == 0 or at != len(value):
+    if at == 0 or at != len(value) or not math.isfinite(total):
         raise BadPolicy(f"not a duration: {value!r} (write e.g. 30d, 12h, 90m, 1d12h)")
     return int(total)
 
@@ -263,7 +264,7 @@ def _measure(conn: Connection, column: str, keys: Sequence[int], session_pk: int
 
 def _remove_sessions(conn: Connection, found: dict[str, int]) -> None:
     """Delete the sessions (session id -> key) and everything of theirs."""
-    for chunk in _chunks(list(found)):
+    for chunk in _chunks([db_text(session_id) for session_id in found]):  # as stored (a caller's id may not be)
         # by id, not by the cascade from sessions: on Citus that foreign key cannot exist (the
         # directory is distributed on the id, docs/design.md "Distributing on Citus")
         conn.execute(directory.delete().where(directory.c.session_id.in_(chunk)))

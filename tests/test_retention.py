@@ -346,10 +346,27 @@ def test_prune_keeps_rows_sharing_an_id_and_api_sessions_stay_canonical(store: S
     _assert_tree_columns_point_at_kept_rows(_tree_rows(store, sid))
 
 
+def test_delete_ids_that_hold_characters_a_database_cannot(store: SessionStore, tmp_path: Path):
+    """Ids are stored with lone surrogates and NUL escaped (``db_text``); the session was found by
+    the caller's id but its ``session_ids`` row deleted by it as given: a UnicodeEncodeError
+    (PostgreSQL: NUL refused) after the dry run had said it would delete it."""
+    for n, escaped in enumerate(("s-\\udcff", "s-nul\\u0000x")):
+        path = tmp_path / f"odd{n}.jsonl"
+        header = ('{"type":"session","version":3,"id":"' + escaped
+                  + '","timestamp":"2020-01-01T00:00:00.000Z","cwd":"/w"}')
+        path.write_text(header + '\n{"type":"message","id":"a1","parentId":null,"timestamp":"2020-01-01T00:00:01.000Z",'
+                        '"message":{"role":"user","content":"q"}}\n', "ascii")
+        store.import_file(path)
+    ids = ["s-\udcff", "s-nul\x00x"]
+    assert store.delete(ids, dry_run=True).session_ids == ids
+    assert store.delete(ids).session_ids == ids
+    assert store.list_all() == []
+
+
 def test_parse_duration() -> None:
     assert parse_duration("30d") == 30 * DAY_MS and parse_duration("12h") == 12 * 3_600_000
     assert parse_duration("1d12h") == 36 * 3_600_000 and parse_duration("90m") == 5_400_000
-    for bad in ("", "30", "d", "3x", "1d 2"):
+    for bad in ("", "30", "d", "3x", "1d 2", "9" * 400 + "d"):  # the last: an infinite float
         with pytest.raises(BadPolicy):
             parse_duration(bad)
 
