@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.format import js_stringify
 from store.tree import TreeNode
+from store.visible_text import as_text
 
 # Entry types that always get a row of their own (they change what the model sees or is set to).
 STRUCTURAL = frozenset({"compaction", "branch_summary", "context_edit", "model_change", "thinking_level_change"})
@@ -262,9 +262,9 @@ def tree_rows(roots: list[TreeNode], **options: Any) -> list[TreeRow]:
 
 
 def one_line(text: Any, limit: int = SUMMARY_CHARS) -> str:
-    """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters; a
-    value that is not a string (a session's ``command`` may be a number) as its JSON."""
-    flat = " ".join((text if isinstance(text, str) else js_stringify(text)).split())
+    """``text`` (:func:`store.visible_text.as_text`) on one line (whitespace runs become one
+    space), cut to ``limit`` characters."""
+    flat = " ".join(as_text(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -18,14 +18,17 @@ INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u
                        "\ud800-\udfff]")
 
 
-def visible(value: Any) -> str:
-    """``value`` as display text: ANSI sequences removed, invisible characters shown as ``⟨U+001B⟩``;
-    another JSON value (an id that is an array, a number) as its JSON, None as nothing."""
+def as_text(value: Any) -> str:
+    """A session's value as text to show: a string as it is, another JSON value (an id that is an
+    array, a command that is a number) as its JSON, None (or a template's undefined) as nothing."""
     if isinstance(value, str):
-        text = value
-    elif isinstance(value, (list, dict, int, float)):
-        text = js_stringify(value)
-    else:  # None, a template's undefined: nothing
-        text = "" if value is None else str(value)
-    text = ANSI.sub("", text)
-    return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
+        return value
+    if isinstance(value, (list, dict, int, float)):
+        return js_stringify(value)
+    return "" if value is None else str(value)
+
+
+def visible(value: Any) -> str:
+    """:func:`as_text` of ``value`` with ANSI sequences removed and invisible characters shown as
+    ``⟨U+001B⟩``."""
+    return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", ANSI.sub("", as_text(value)))

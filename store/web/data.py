@@ -25,6 +25,7 @@ from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
 from store.format.jsdate import parse_js_date
+from store.format.jsvalue import map_key
 from store.gc_pause import gc_paused
 from store.services import CompactionSettings, jsonable
 from store.services.context import EDITABLE_ROLES as EDITABLE
@@ -310,12 +311,6 @@ def _json_id(entry: Any) -> Any:
     return value if value is None or type(value) is str else jsonable(value)
 
 
-def _map_key(value: Any) -> Any:
-    """``value`` as a key of Pi's ``Map``s of ids: an array or object id (a damaged file) is
-    compared by identity there, so it matches nothing."""
-    return object() if isinstance(value, (list, dict)) else value
-
-
 def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: list, tail: int | None) -> dict:
     """``messages`` (with ``provenance``; the last ``tail`` only, when given), ``messageCount``,
     ``hidden`` (entries a context edit hides) and ``summarised`` (the path entries the latest
@@ -325,13 +320,13 @@ def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: li
     compaction = first if isinstance(first, dict) and first.get("type") == "compaction" else None
     kept: set[int] = set()
     if compaction is not None:  # the context entries that lie before the compaction on the path
-        position = {_map_key(entry_id): n for n, entry_id in enumerate(path_ids)}
-        at = position.get(_map_key(compaction.get("id")), len(path_ids))
-        kept = {id(e) for e in sources[1:] if isinstance(e, dict) and position.get(_map_key(e.get("id")), at) < at}
+        position = {map_key(entry_id): n for n, entry_id in enumerate(path_ids)}
+        at = position.get(map_key(compaction.get("id")), len(path_ids))
+        kept = {id(e) for e in sources[1:] if isinstance(e, dict) and position.get(map_key(e.get("id")), at) < at}
     edits: dict[Any, dict] = {}
     for entry in sources:
         if isinstance(entry, dict) and entry.get("type") == "context_edit":
-            edits[_map_key(entry.get("targetId"))] = entry
+            edits[map_key(entry.get("targetId"))] = entry
     count = len(projection.messages)
     first_shown = 0 if tail is None else max(count - tail, 0)
     messages: list[dict] = []
@@ -339,7 +334,7 @@ def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: li
     index = 0
     for n, item in enumerate(projection.entries):
         source = item.source_entry if isinstance(item.source_entry, dict) else {}
-        edit = edits.get(_map_key(source.get("id"))) if edits and source.get("type") != "context_edit" else None
+        edit = edits.get(map_key(source.get("id"))) if edits and source.get("type") != "context_edit" else None
         if edit is not None and edit.get("replacement") is None:
             hidden.append({"entryId": source_ids[n], "editId": edit.get("id")})
         for message in item.messages:
