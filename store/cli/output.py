@@ -48,13 +48,11 @@ class Column:
         value = row.get(self.key)
         if shown and self.text is not None:
             return self.text(value)
-        return "" if value is None else value if isinstance(value, str) else _scalar(value)
+        if isinstance(value, str):
+            return value
+        from store.analysis.readonly import cell_text  # here: this module loads with every command
 
-
-def _scalar(value: Any) -> str:
-    from store.format.jsjson import js_stringify
-
-    return js_stringify(value) if isinstance(value, (dict, list, bool, float)) else str(value)  # 1e-05: 0.00001
+        return cell_text(value)  # as sql --csv writes a cell: NULL empty, numbers as JavaScript does
 
 
 def format_options(json_help: str) -> Callable:
