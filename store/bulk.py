@@ -21,7 +21,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 
 from store.analysis.activity_days import DayTotals
 from store.analysis.pairs import SessionPairing
-from store.db import current_path
+from store.db import current_path, queries
 from store.db.appends import AppendCursor
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
@@ -33,11 +33,13 @@ from store.loading import ENTRY, EXTRA_HEADER, HEADER, SKIPPED, VALUE, LineRow, 
 from store.tree_columns import (
     NONE,
     TREE,
+    IdKey,
     StoredRows,
     StoredTree,
     TreeBuilder,
     TreeColumns,
     TreeOutcome,
+    id_key,
     setting_flags,
 )
 
@@ -200,7 +202,7 @@ class SessionWriter:
             return None
         return self._turns
 
-    def _relink(self, late_ids: set[str], row_count: int) -> list:
+    def _relink(self, late_ids: set[IdKey], row_count: int) -> list:
         """Give the rows naming ``late_ids`` Pi's final answer — the last row with the id — and
         re-derive whatever that changes (loading the session's tree columns: a rare case)."""
         final = self._last_rows(late_ids)
@@ -218,16 +220,20 @@ class SessionWriter:
         ])
         return tree.problems
 
-    def _last_rows(self, ids: Iterable[str]) -> dict[str, int]:
+    def _last_rows(self, ids: Iterable[IdKey]) -> dict[IdKey, int]:
         """Per entry id, its last row (Pi's ``byId``)."""
-        by_text = {db_text(entry_id): entry_id for entry_id in ids}
+        strings, others = _split(ids)
+        by_text = {db_text(entry_id): entry_id for entry_id in strings}
         c = entries.c
         stmt = (select(c.entry_id, func.max(c.seq))
                 .where(c.session_pk == self.session_pk, c.kind == ENTRY,
                        c.entry_id.in_(bindparam("ids", expanding=True)))
                 .group_by(c.entry_id))
-        return {by_text[text_id]: seq for texts in _chunks(list(by_text))
-                for text_id, seq in self.conn.execute(stmt, {"ids": texts})}
+        last: dict[IdKey, int] = {by_text[text_id]: seq for texts in _chunks(list(by_text))
+                                  for text_id, seq in self.conn.execute(stmt, {"ids": texts})}
+        for seq, key, _row in queries.rows_keyed(self.conn, self.session_pk, "id", others):
+            last[key] = max(seq, last.get(key, NONE))
+        return last
 
     def _tree_rows(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
         c = entries.c
@@ -247,48 +253,69 @@ class SessionWriter:
             return
         stored.ids.clear()
         stored.columns.clear()
-        wanted: set[str] = set()
-        defined: set[str] = set()
+        wanted: set[IdKey] = set()
+        defined: set[IdKey] = set()
         for row in rows:
             if row.kind != ENTRY:
                 continue
             for key in ("id", "parentId"):
-                entry_id = row.value.get(key)
-                if isinstance(entry_id, str) and entry_id and tree.ids.get(entry_id) == NONE:
+                entry_id = id_key(row.value.get(key))
+                if entry_id and tree.ids.get(entry_id) == NONE:
                     wanted.add(entry_id)
                     if key == "id":
                         defined.add(entry_id)
+        for entry_id in wanted:
+            stored.ids[entry_id] = NONE
+        strings, others = _split(wanted)
         c = entries.c
-        with_id = select(
-            c.entry_id, c.seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq, c.model_seq,
-        ).where(c.session_pk == self.session_pk, c.kind == ENTRY, c.seq < self.first_seq,
-                c.entry_id.in_(bindparam("ids", expanding=True)))
+        columns = (c.seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq, c.model_seq)
+        with_id = select(c.entry_id, *columns).where(
+            c.session_pk == self.session_pk, c.kind == ENTRY, c.seq < self.first_seq,
+            c.entry_id.in_(bindparam("ids", expanding=True)))
+        by_text = {db_text(entry_id): entry_id for entry_id in strings}
+        found = [(by_text[text_id], cells) for texts in _chunks(list(by_text))
+                 for text_id, *cells in self.conn.execute(with_id, {"ids": texts})]
+        found += [(key, (row[0], *row[2:])) for _seq, key, row in queries.rows_keyed(self.conn, self.session_pk, "id",
+                                                                             others, below=self.first_seq)]
+        for entry_id, (seq, *cells) in found:
+            if seq > stored.ids[entry_id]:  # Pi's lookup: the last row with the id
+                stored.ids[entry_id] = seq
+                stored.columns[seq] = TreeColumns(seq, entry_id, None, *cells)
+        strings, others = _split(defined)
         naming = select(c.parent_id).distinct().where(
             c.session_pk == self.session_pk, c.kind == ENTRY, c.seq < self.first_seq,
             c.parent_id.in_(bindparam("ids", expanding=True)))
-        by_text = {db_text(entry_id): entry_id for entry_id in wanted}
-        for entry_id in wanted:
-            stored.ids[entry_id] = NONE
-        for texts in _chunks(list(by_text)):
-            for text_id, seq, *columns in self.conn.execute(with_id, {"ids": texts}):
-                entry_id = by_text[text_id]
-                if seq > stored.ids[entry_id]:  # Pi's lookup: the last row with the id
-                    stored.ids[entry_id] = seq
-                    stored.columns[seq] = TreeColumns(seq, entry_id, None, *columns)
-        for texts in _chunks([db_text(entry_id) for entry_id in defined]):
+        for texts in _chunks([db_text(entry_id) for entry_id in strings]):
             for (text_id,) in self.conn.execute(naming, {"ids": texts}):
                 tree.late_ids.add(by_text[text_id])
+        naming_others = queries.rows_keyed(self.conn, self.session_pk, "parentId", others, below=self.first_seq)
+        tree.late_ids.update(key for _seq, key, _row in naming_others)
 
 
-def rows_naming(conn: Connection, session_pk: int, ids: Iterable[str]) -> Iterator[tuple[int, str, int | None]]:
+def rows_naming(conn: Connection, session_pk: int, ids: Iterable[IdKey]) -> Iterator[tuple[int, IdKey, int | None]]:
     """``(seq, parent id, parent_seq)`` of every entry row whose ``parentId`` is one of ``ids``."""
-    by_text = {db_text(entry_id): entry_id for entry_id in ids}
+    strings, others = _split(ids)
+    by_text = {db_text(entry_id): entry_id for entry_id in strings}
     c = entries.c
     stmt = select(c.seq, c.parent_id, c.parent_seq).where(
         c.session_pk == session_pk, c.kind == ENTRY, c.parent_id.in_(bindparam("ids", expanding=True)))
     for texts in _chunks(list(by_text)):
         for seq, parent_id, parent_seq in conn.execute(stmt, {"ids": texts}):
             yield seq, by_text[parent_id], parent_seq
+    for seq, key, row in queries.rows_keyed(conn, session_pk, "parentId", others):
+        yield seq, key, row[1]
+
+
+def _split(ids: Iterable[IdKey]) -> tuple[list[str], set[IdKey]]:
+    """String ids (the ``entry_id`` / ``parent_id`` columns find them) and the others."""
+    strings: list[str] = []
+    others: set[IdKey] = set()
+    for entry_id in ids:
+        if entry_id.__class__ is str:
+            strings.append(entry_id)  # type: ignore[arg-type]
+        else:
+            others.add(entry_id)
+    return strings, others
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:

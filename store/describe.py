@@ -17,11 +17,12 @@ from store.db import queries
 from store.db.engine import read_transaction
 from store.db.schema import entries
 from store.format import js_parse
-from store.format.jsvalue import UNDEFINED, prop
+from store.format.jsvalue import UNDEFINED, prop, truthy
 from store.listing import ListingState
 from store.services import CompactionSettings, jsonable
 from store.session_store import SessionStore
 from store.tree import build_tree, flatten_tree
+from store.tree_columns import id_key
 
 CONTEXT_WINDOWS = (8192, 32768, 128000, 200000)
 KEEP_RECENT = (0, 50, 500, 2000, 20000)
@@ -78,7 +79,7 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
         doc.update({field: HANG for field in CONTEXT_FIELDS})
         doc["prepareCompaction"] = {str(k): HANG for k in KEEP_RECENT}
     else:
-        doc.update(context_doc(window, window if manager.get_leaf_id() is not None else []))
+        doc.update(context_doc(window, window if truthy(manager.get_leaf_id()) else []))
     if all_leaves:
         seen: set[str] = set()
         doc["allLeaves"] = []
@@ -87,15 +88,15 @@ def describe_session(store: SessionStore, session_id: str, leaf_id: str | None =
             if not isinstance(entry_id, str) or entry_id in seen:
                 continue
             seen.add(entry_id)
-            with read_transaction(store.engine) as conn:
-                seq = queries.seq_of(conn, session.pk, entry_id)
+            with read_transaction(store.engine) as conn:  # Pi's path from a falsy id ("") is the leaf's
+                seq = queries.seq_of(conn, session.pk, entry_id) if entry_id else session.leaf_seq
                 window = context_path(conn, session.pk, seq)
                 loops = walk_loops(conn, session.pk, seq)
             item = {"leafId": entry_id, "pathIds": manager.get_branch_ids(entry_id)}
             if loops:
                 item.update({field: HANG for field in LEAF_HANG_FIELDS}, thinkingLevel=None, model=None)
             else:
-                item.update(leaf_context_doc(window))
+                item.update(leaf_context_doc(window, window if entry_id else []))
             doc["allLeaves"].append(item)
     manager.close()
     return doc
@@ -108,12 +109,17 @@ def walk_loops(conn: Connection, session_pk: int, leaf_seq: int | None) -> bool:
     if not runs:
         return False
     root = conn.execute(
-        select(entries.c.parent_id, entries.c.parent_seq)
+        select(entries.c.parent_id, entries.c.parent_seq, entries.c.line)
         .where(entries.c.session_pk == session_pk, entries.c.seq == runs[0][0])
     ).one()
-    return root.parent_seq is None and root.parent_id is not None and (
-        queries.seq_of(conn, session_pk, root.parent_id) is not None
-    )
+    if root.parent_seq is not None:
+        return False
+    parent = root.parent_id if root.parent_id is not None else id_key(prop(js_parse(root.line), "parentId"))
+    if not parent:  # no parent to look up ("" too: Pi's walk stops at a falsy parentId)
+        return False
+    if parent.__class__ is str:
+        return queries.seq_of(conn, session_pk, parent) is not None
+    return any(queries.rows_keyed(conn, session_pk, "id", {parent}))
 
 
 def safe(compute: Callable[[], Any]) -> Any:
@@ -190,8 +196,10 @@ def _not_due(settings: CompactionSettings) -> dict[str, Any]:
     return {"settings": settings.to_json(), "byContextWindow": {str(w): False for w in CONTEXT_WINDOWS}}
 
 
-def leaf_context_doc(path: list, *, with_projection: bool = True) -> dict[str, Any]:
-    """One ``allLeaves`` item's context fields for the path of a known entry id."""
+def leaf_context_doc(path: list, branch: list | None = None, *, with_projection: bool = True) -> dict[str, Any]:
+    """One ``allLeaves`` item's context fields for the path of a known entry id (``branch``:
+    getBranch() of it, when that is not ``path``: empty for the falsy id ``""``)."""
+    branch = path if branch is None else branch
     doc: dict[str, Any] = {"contextEntryIds": safe(lambda: [id_of(e) for e in services.build_context_entries(path)])}
     projection = safe(lambda: services.build_session_projection(path))
     if isinstance(projection, dict):
@@ -204,6 +212,6 @@ def leaf_context_doc(path: list, *, with_projection: bool = True) -> dict[str, A
                 doc["thinkingLevel"] = described["thinkingLevel"]
             doc["model"] = described["model"]
         doc["estimateProjectedContextTokens"] = safe(
-            lambda: services.estimate_projected_context_tokens(projection, path).to_json())
-    doc["prepareCompaction500"] = safe(lambda: _prep(path, 500))
+            lambda: services.estimate_projected_context_tokens(projection, branch).to_json())
+    doc["prepareCompaction500"] = safe(lambda: _prep(branch, 500))
     return doc

@@ -51,7 +51,7 @@ from store.errors import (
     SessionNotFound,
 )
 from store.format import js_parse, js_stringify
-from store.format.jsvalue import UNDEFINED, prop
+from store.format.jsvalue import UNDEFINED, prop, truthy
 from store.gc_pause import gc_paused
 from store.listing import ListingState, trimmed_session_name
 from store.ownership import Claim, check_write, release_claim, renew_claim, take_claim
@@ -146,7 +146,10 @@ class SessionManager:
         self._last_seq: int | None = row.last_seq
         # a file's history, not written to since: its last line may lack its newline (see _end_file_line)
         self._maybe_unended = row.diverged_seq is None and row.source_sha256 is not None and row.last_seq >= 0
-        self._leaf_id: str | None = None
+        # the leaf: Pi's leafId (the id of the last entry or of the entry branched to: any JSON value
+        # when a file has other than string ids, UNDEFINED when it has none), and its row's columns
+        # (None when the id is null: Pi's context is then empty)
+        self._leaf_id: Any = None
         self._leaf: TreeColumns | None = None
         if row.leaf_seq is not None:
             self._set_leaf_from_seq(conn, row.leaf_seq)
@@ -165,14 +168,23 @@ class SessionManager:
 
     def _set_leaf_from_seq(self, conn, seq: int) -> None:
         cols = queries.tree_columns_of(conn, self._spk, seq)
-        if cols is None or cols.depth is None or cols.entry_id is None:
+        leaf_id = None
+        if cols is not None and cols.depth is not None:
+            leaf_id = cols.entry_id  # a string id, else read from the line (a file no Pi wrote)
+            if leaf_id is None:
+                leaf_id = prop(js_parse(queries.lines_at(conn, self._spk, [seq])[seq]), "id")
+        if leaf_id is None:
             self._leaf, self._leaf_id = None, None
             return
         self._leaf = TreeColumns(
             cols.seq, cols.entry_id, cols.parent_seq, cols.depth, cols.run_start,
             cols.compaction_seq, cols.thinking_seq, cols.model_seq,
         )
-        self._leaf_id = cols.entry_id
+        self._leaf_id = leaf_id
+
+    def _branch_seq(self) -> int | None:
+        """The row Pi's ``getBranch()`` starts from: the leaf's, when its id can be looked up."""
+        return self._leaf.seq if self._leaf is not None and truthy(self._leaf_id) else None
 
     def close(self) -> None:
         """Release a private (not yet stored or in-memory) session's database."""
@@ -470,13 +482,15 @@ class SessionManager:
                    *, entry_id: str | None = None, timestamp: str | None = None) -> dict:
         """Make the entry (with ``entry_id`` and ``timestamp`` when given, else a new id and the
         clock's time), buffer its row and make it the leaf."""
-        if parent is False:
-            parent_cols, parent_id = self._leaf, self._leaf_id
+        if parent is False:  # under the leaf; Pi's lookup of a falsy parentId finds nothing: a new root
+            parent_cols, parent_id = self._leaf if truthy(self._leaf_id) else None, self._leaf_id
         else:
             parent_id = parent  # type: ignore[assignment]
             parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
         entry = build(self._new_id(batch) if entry_id is None else entry_id, parent_id,
                       self._now() if timestamp is None else timestamp)
+        if parent_id is UNDEFINED:  # a leaf without an id: JSON.stringify leaves the key out
+            del entry["parentId"]
         try:
             line = js_stringify(entry)
         except (TypeError, ValueError, RecursionError) as exc:  # a set, an object, a cycle
@@ -626,7 +640,7 @@ class SessionManager:
 
     def _active_branch_ids(self) -> set:
         with self._reading() as conn:
-            return {row.entry_id for row in queries.path_rows(conn, self._spk, self._leaf_seq(), "entry_id")}
+            return {row.entry_id for row in queries.path_rows(conn, self._spk, self._branch_seq(), "entry_id")}
 
     # ------------------------------------------------------------------ leaf movement
     def branch(self, branch_from_id: str) -> None:
@@ -644,7 +658,7 @@ class SessionManager:
     def branch_with_summary(self, branch_from_id: str | None, summary: str, details: Any = None,
                             from_hook: bool | None = None, usage: Any = None) -> str:
         """Move the leaf to ``branch_from_id`` and append a branch summary of the path left behind."""
-        from_id = self._leaf_id if self._leaf_id is not None else "root"
+        from_id = self._leaf_id if self._leaf_id is not None and self._leaf_id is not UNDEFINED else "root"
         if branch_from_id is not None:
             self._require_entry(branch_from_id)
         return self._append(
@@ -653,14 +667,19 @@ class SessionManager:
         )["id"]
 
     # ------------------------------------------------------------------ reading
-    def get_leaf_id(self) -> str | None:
-        return self._leaf_id
+    def get_leaf_id(self) -> Any:
+        """Pi's leaf id: a string, None for no leaf (or, in files no Pi wrote, the leaf's other id)."""
+        return None if self._leaf_id is UNDEFINED else self._leaf_id
 
     def _leaf_seq(self) -> int | None:
         return self._leaf.seq if self._leaf is not None else None
 
     def get_leaf_entry(self) -> dict | None:
-        return self.get_entry(self._leaf_id) if self._leaf_id is not None else None
+        seq = self._branch_seq()
+        if seq is None:
+            return None
+        with self._reading() as conn:
+            return js_parse(queries.lines_at(conn, self._spk, [seq])[seq])
 
     def get_entry(self, entry_id: str) -> dict | None:
         with self._reading() as conn:
@@ -668,17 +687,25 @@ class SessionManager:
             lines = queries.lines_at(conn, self._spk, [seq]) if seq is not None else {}
         return js_parse(lines[seq]) if lines else None
 
+    def _seq_of_id(self, conn: Connection, entry_id: str) -> int | None:
+        """The row Pi's ``getBranch(entry_id)`` starts from (none for the falsy id ``""``)."""
+        return queries.seq_of(conn, self._spk, entry_id) if entry_id else None
+
     def get_branch(self, from_id: str | None = None) -> list:
         """Entries from the root to ``from_id`` (default: the leaf), root first."""
         with self._reading() as conn, gc_paused():
-            seq = self._leaf_seq() if from_id is None else queries.seq_of(conn, self._spk, from_id)
+            seq = self._branch_seq() if from_id is None else self._seq_of_id(conn, from_id)
             return [js_parse(row.line) for row in queries.path_rows(conn, self._spk, seq, "line")]
 
-    def get_branch_ids(self, from_id: str | None = None) -> list[str | None]:
-        """Ids of :meth:`get_branch` without parsing any payload."""
+    def get_branch_ids(self, from_id: str | None = None) -> list[Any]:
+        """Ids of :meth:`get_branch` without parsing any payload (but the lines of ids that are
+        not strings: files no Pi wrote)."""
         with self._reading() as conn:
-            seq = self._leaf_seq() if from_id is None else queries.seq_of(conn, self._spk, from_id)
-            return [row.entry_id for row in queries.path_rows(conn, self._spk, seq, "entry_id")]
+            seq = self._branch_seq() if from_id is None else self._seq_of_id(conn, from_id)
+            rows = queries.path_rows(conn, self._spk, seq, "entry_id", "seq")
+            lines = queries.lines_at(conn, self._spk, [row.seq for row in rows if row.entry_id is None])
+        return [row.entry_id if row.entry_id is not None else js_parse(lines[row.seq]).get("id")
+                for row in rows]
 
     def get_children(self, parent_id: str) -> list[dict]:
         with self._reading() as conn:

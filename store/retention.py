@@ -56,7 +56,7 @@ from store.format.jsdate import parse_js_date
 from store.format.jsvalue import prop, truthy
 from store.listing import ListingState
 from store.loading import ENTRY, EXTRA_HEADER, HEADER, VALUE
-from store.tree_columns import NONE, TREE, StoredTree, setting_flags
+from store.tree_columns import NONE, TREE, IdKey, StoredTree, id_key, setting_flags
 
 _IN_LIST = 500
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
@@ -354,8 +354,9 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
     c = entries.c
     rows = conn.execute(
         select(c.pk, c.seq, c.kind, c.entry_id, c.parent_seq, c.type, c.target_id, c.timestamp,
-               # the label decides whether a label entry sets or clears (Pi: ``if (entry.label)``)
-               case((c.type == "label", c.line)).label("label_line"))
+               # the label decides whether a label entry sets or clears (Pi: ``if (entry.label)``); an
+               # id or target that is not a string (files no Pi wrote) is read from the line too
+               case((c.type == "label", c.line), (c.entry_id.is_(None), c.line)).label("line"))
         .where(c.session_pk == session.pk).order_by(c.seq)
     ).all()
     if [row.seq for row in rows] != list(range(len(rows))):
@@ -369,17 +370,20 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
             keep[seq] = 1
             seq = parent[seq]
 
-    by_id: dict[str, list[int]] = {}
-    labels_of: dict[str, list[int]] = {}  # a target's label entries, in file order
+    by_id: dict[IdKey, list[int]] = {}
+    labels_of: dict[IdKey, list[int]] = {}  # a target's label entries, in file order
     latest_info = NONE
     for row in rows:
         if row.kind != ENTRY:
             keep[row.seq] = 1
             continue
-        if row.entry_id is not None:
-            by_id.setdefault(row.entry_id, []).append(row.seq)
-        if row.type == "label" and row.target_id is not None:
-            labels_of.setdefault(row.target_id, []).append(row.seq)
+        value = js_parse(row.line) if row.line is not None else None
+        entry_id = row.entry_id if row.entry_id is not None else id_key(prop(value, "id"))
+        if entry_id is not None:
+            by_id.setdefault(entry_id, []).append(row.seq)
+        target_id = row.target_id if row.target_id is not None else id_key(prop(value, "targetId"))
+        if row.type == "label" and target_id is not None:
+            labels_of.setdefault(target_id, []).append(row.seq)
         elif row.type == "session_info":
             latest_info = row.seq
         stamp = parse_js_date(row.timestamp) if row.timestamp is not None else None
@@ -392,7 +396,7 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
             for seq in seqs:
                 keep_path(seq)
     for target_id, seqs in labels_of.items():
-        if truthy(prop(js_parse(rows[seqs[-1]].label_line), "label")):
+        if truthy(prop(js_parse(rows[seqs[-1]].line), "label")):
             keep_path(seqs[-1])
             for target in by_id.get(target_id, ()):
                 keep_path(target)

@@ -15,15 +15,38 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.format.jsvalue import prop, truthy
+from store.format.jsjson import js_number
+from store.format.jsvalue import map_key, prop, truthy
+
+IdKey = str | tuple[str, Any]
+"""An entry id as Pi's ``byId`` Map tells ids apart (:func:`id_key`)."""
+
+
+def id_key(value: Any) -> IdKey | None:
+    """The key under which a ``parentId`` finds an entry whose id is ``value`` in Pi's ``byId``: a
+    string id is its own key; a non-zero number or ``true`` has its ``map_key`` (JSON ``1`` and
+    ``1.0`` are one key, the string ``"1"`` another). None for ids that no truthy ``parentId`` can
+    equal: missing, null, false, 0, an object or array (each parsed object is a value of its own)."""
+    if value.__class__ is str:
+        return value
+    if value is True or (value.__class__ in (int, float) and value != 0):
+        return map_key(value)
+    return None
+
+
+def id_text(key: IdKey) -> str:
+    """``key`` for a message: a string id quoted, another id as its JSON."""
+    if key.__class__ is str:
+        return repr(key)
+    return "true" if key[1] is True else js_number(key[1])
 
 
 @dataclass(slots=True)
 class TreeColumns:
-    """Derived columns of one entry row."""
+    """Derived columns of one entry row (``entry_id``: its :func:`id_key`)."""
 
     seq: int
-    entry_id: str | None
+    entry_id: IdKey | None
     parent_seq: int | None = None
     depth: int = 0
     run_start: int = 0
@@ -60,7 +83,7 @@ def setting_flags(entry_type: Any, role: Any) -> int:
     return 0
 
 
-def derive_child(seq: int, entry_id: str | None, value: Any, parent: TreeColumns | None) -> TreeColumns:
+def derive_child(seq: int, entry_id: IdKey | None, value: Any, parent: TreeColumns | None) -> TreeColumns:
     """Columns of a row appended at ``seq`` whose parent row is ``parent`` (None: a new root)."""
     flags = setting_flags(value.get("type"), prop(value.get("message"), "role")) if isinstance(value, dict) else 0
     cols = TreeColumns(seq, entry_id)
@@ -102,7 +125,7 @@ class IdIndex:
         self._keys = array("I", [0]) * 1024
         self._rows = array("i", [NONE]) * 1024  # NONE: the slot is free
         self._used = 0
-        self._other: dict[str, int] = {}
+        self._other: dict[IdKey, int] = {}
 
     def __len__(self) -> int:
         return self._used + len(self._other)
@@ -115,9 +138,9 @@ class IdIndex:
             slot = (slot + 1) & mask
         return slot
 
-    def get(self, entry_id: str) -> int:
+    def get(self, entry_id: IdKey) -> int:
         """The row stored for ``entry_id``, or ``NONE``."""
-        if len(entry_id) != 8 or entry_id.strip(_HEX):
+        if entry_id.__class__ is not str or len(entry_id) != 8 or entry_id.strip(_HEX):
             return self._other.get(entry_id, NONE)
         key = int(entry_id, 16)
         keys, rows = self._keys, self._rows
@@ -126,9 +149,9 @@ class IdIndex:
             slot = (slot + 1) & (len(keys) - 1)
         return row
 
-    def put(self, entry_id: str, row: int) -> int:
+    def put(self, entry_id: IdKey, row: int) -> int:
         """Store ``row`` (≥ 0) for ``entry_id``; returns the row it replaces, or ``NONE``."""
-        if len(entry_id) != 8 or entry_id.strip(_HEX):
+        if entry_id.__class__ is not str or len(entry_id) != 8 or entry_id.strip(_HEX):
             previous = self._other.get(entry_id, NONE)
             self._other[entry_id] = row
             return previous
@@ -164,7 +187,7 @@ class StoredRows:
     """Rows of the session stored before this import that its new rows name (appends): filled
     by the writer, a chunk of rows at a time, before the rows are added to the builder."""
 
-    ids: dict[str, int] = field(default_factory=dict)  # entry id → its last stored row (NONE: none)
+    ids: dict[IdKey, int] = field(default_factory=dict)  # entry id → its last stored row (NONE: none)
     columns: dict[int, TreeColumns] = field(default_factory=dict)
 
 
@@ -191,9 +214,9 @@ class TreeBuilder:
         self.flags = bytearray()
         self.problems: list[PathProblem] = []
         self.superseded: list[int] = []  # rows that a later row with their id superseded
-        self.late_ids: set[str] = set()  # ids defined at or after a row that names them
-        self.unresolved: dict[str, list[int]] = {}  # parent ids not defined (yet) → rows naming them
-        self._last_id: str | None = None  # the id defined last, at row _last_seq
+        self.late_ids: set[IdKey] = set()  # ids defined at or after a row that names them
+        self.unresolved: dict[IdKey, list[int]] = {}  # parent ids not defined (yet) → rows naming them
+        self._last_id: IdKey | None = None  # the id defined last, at row _last_seq
         self._last_seq = NONE
 
     def skip(self) -> None:
@@ -202,7 +225,7 @@ class TreeBuilder:
             column.append(NONE)
         self.flags.append(0)
 
-    def row_of(self, entry_id: str) -> int:
+    def row_of(self, entry_id: IdKey) -> int:
         """The last row so far with ``entry_id`` (new rows first, then stored ones), or ``NONE``."""
         row = self.ids.get(entry_id)
         if row == NONE and self.stored is not None:
@@ -217,9 +240,15 @@ class TreeBuilder:
             parent_id = value.get("parentId")
             kind = value.get("type")
             if entry_id.__class__ is not str:
-                entry_id = None
+                entry_id = id_key(entry_id)
+            if parent_id.__class__ is not str and parent_id is not None:
+                key = id_key(parent_id)
+                if key is None and truthy(parent_id):  # an object or array: never an entry's id
+                    self.problems.append(PathProblem(seq, MISSING_PARENT, "parentId names no entry (it is an "
+                                                     "object or array): the path stops here"))
+                parent_id = key
         parent = NONE
-        if parent_id.__class__ is str and parent_id:
+        if parent_id:
             if parent_id == self._last_id and parent_id != entry_id:
                 parent = self._last_seq  # a linear history: the row just added, no lookup
             else:
@@ -228,9 +257,6 @@ class TreeBuilder:
                     self.unresolved.setdefault(parent_id, []).append(seq)
                 if parent_id == entry_id:  # names itself: Pi's lookup may end at this very row
                     self.late_ids.add(parent_id)
-        elif truthy(parent_id):
-            self.problems.append(PathProblem(seq, MISSING_PARENT, f"parentId {parent_id!r} names no entry: "
-                                             "the path stops here"))
         if parent == NONE:
             depth, run, compaction, thinking, model = 0, seq, NONE, NONE, NONE
         elif parent >= self.first_seq:
@@ -270,7 +296,7 @@ class TreeBuilder:
             if previous != NONE:
                 self.superseded.append(previous)
                 self.problems.append(PathProblem(previous, DUPLICATE_ID,
-                                                 f"duplicate id {entry_id!r}: a later line with it wins"))
+                                                 f"duplicate id {id_text(entry_id)}: a later line with it wins"))
                 self.late_ids.add(entry_id)
             elif entry_id in self.unresolved:
                 self.late_ids.add(entry_id)
@@ -284,7 +310,8 @@ class TreeBuilder:
         for parent_id, rows in unresolved.items():
             if self.row_of(parent_id) == NONE:
                 self.problems.extend(
-                    PathProblem(seq, MISSING_PARENT, f"parentId {parent_id!r} names no entry: the path stops here")
+                    PathProblem(seq, MISSING_PARENT,
+                            f"parentId {id_text(parent_id)} names no entry: the path stops here")
                     for seq in rows
                 )
 
@@ -301,7 +328,7 @@ class TreeOutcome:
 
     problems: list[PathProblem]
     superseded: list[int]
-    late_ids: set[str]
+    late_ids: set[IdKey]
 
 
 class StoredTree:

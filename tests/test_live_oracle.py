@@ -119,3 +119,33 @@ def test_an_append_after_a_file_without_final_newline_matches_pi(tmp_path: Path,
     assert our_head == pi_head and pi_head.startswith(body)
     assert json.loads(our_new)["parentId"] == json.loads(pi_new)["parentId"]
     assert json.loads(our_new)["message"] == json.loads(pi_new)["message"]
+
+
+@pytest.mark.parametrize("leaf", ['""', "0", "5", "true", "null", None], ids=["empty", "zero", "number", "true",
+                                                                          "null", "missing"])
+def test_an_append_under_a_leaf_whose_id_is_not_a_string_matches_pi(tmp_path: Path, leaf: str | None) -> None:
+    """Pi opens a file whose last entry's id is not a non-empty string and appends: its new line's
+    ``parentId`` (or its absence) must be the store's, and Pi must read the store's export as the
+    store does (tests/test_non_string_ids.py has the same cases without Node)."""
+    import json
+    import subprocess
+
+    from tests.oracle_support import RUN_SH
+    from tests.test_non_string_ids import leaf_file
+
+    (tmp_path / "pi").mkdir()
+    pi_file = leaf_file(tmp_path / "pi", leaf)
+    done = subprocess.run([str(RUN_SH), str(Path(__file__).with_name("pi_open_append.mjs")), str(pi_file),
+                           str(tmp_path / "pi")], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    theirs = json.loads(done.stdout.splitlines()[-1])
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.import_file(leaf_file(tmp_path, leaf))
+        store.open("leafy").append_message({"role": "user", "content": "appended", "timestamp": 1})
+        ours = json.loads(b"".join(store.iter_export("leafy")).splitlines()[-1])
+        assert ("parentId" in ours) == ("parentId" in theirs)
+        assert js_diff(theirs.get("parentId"), ours.get("parentId"), "parentId") is None
+        (tmp_path / "export.jsonl").write_bytes(b"".join(store.iter_export("leafy")))
+    doc = run_describe(tmp_path / "export.jsonl", all_leaves=True)
+    with SessionStore.connect(f"sqlite:///{tmp_path / 'reread.db'}") as reread:
+        check_case(reread, LiveCase(f"leaf-{leaf}", tmp_path / "export.jsonl", doc))

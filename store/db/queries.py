@@ -10,7 +10,7 @@ corrupted table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
@@ -18,6 +18,8 @@ from store.db.schema import entries, sessions
 from store.db.stored_text import db_text, may_be_escaped
 from store.errors import SessionNotFound
 from store.format.jsjson import js_parse
+from store.format.jsvalue import prop
+from store.tree_columns import IdKey, id_key
 
 RUNS_WALK = """
 WITH RECURSIVE walk(step, run_start, run_end) AS (
@@ -208,3 +210,25 @@ def session_by_pk(conn: Connection, session_pk: int, *, lock: bool = False) -> R
 
 def session_count(conn: Connection) -> int:
     return conn.execute(select(func.count()).select_from(sessions)).scalar_one()
+
+
+def rows_keyed(conn: Connection, session_pk: int, field: str, keys: set[IdKey], *,
+               below: int | None = None) -> Iterator[tuple[int, IdKey, tuple]]:
+    """``(seq, key, row)`` of the entry rows (before row ``below``) whose ``field`` (``id`` or
+    ``parentId``) is a non-string id among ``keys`` (numbers, ``true``); ``row``: its ``seq``,
+    ``parent_seq``, ``depth``, ``run_start``, ``compaction_seq``, ``thinking_seq``, ``model_seq``.
+
+    ``entry_id`` and ``parent_id`` hold string ids only, so the rows where the column is NULL are
+    read and their lines parsed: a slow path for files that no Pi writes."""
+    if not keys:
+        return
+    c = entries.c
+    column = c.entry_id if field == "id" else c.parent_id
+    stmt = select(c.line, c.seq, c.parent_seq, c.depth, c.run_start, c.compaction_seq, c.thinking_seq,
+                  c.model_seq).where(c.session_pk == session_pk, c.kind == "entry", column.is_(None))
+    if below is not None:
+        stmt = stmt.where(c.seq < below)
+    for line, *cells in conn.execute(stmt.order_by(c.seq)):
+        key = id_key(prop(js_parse(line), field))
+        if key in keys:
+            yield cells[0], key, tuple(cells)

@@ -7,6 +7,7 @@ tests (``if (entry.label)``); these helpers give the same answers for the Python
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 
@@ -63,7 +64,15 @@ def map_key(value: Any) -> tuple:
     if isinstance(value, bool):
         return ("boolean", value)
     if isinstance(value, (int, float)):
-        return ("number", float(value))
+        return ("number", js_double(value))
     if isinstance(value, str):
         return ("string", value)
     return ("object", id(value))
+
+
+def js_double(value: int | float) -> float:
+    """The JavaScript number a parsed JSON number is (integers beyond a double's range: ±Infinity)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf

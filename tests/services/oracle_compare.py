@@ -91,9 +91,12 @@ def main_leaf_doc(entries: Sequence[Any], branch: Sequence[Any]) -> dict[str, An
     return doc
 
 
-def leaf_doc(path: Sequence[Any], *, with_projection: bool = True) -> dict[str, Any]:
-    """One ``allLeaves`` item's fields for a path (getBranch(id) of a known id)."""
-    return leaf_context_doc(list(path), with_projection=with_projection)
+def leaf_doc(entries: Sequence[Any], leaf_id: str, branch: Sequence[Any], *,
+             with_projection: bool = True) -> dict[str, Any]:
+    """One ``allLeaves`` item's fields for a known id: ``branch`` is getBranch(id); context
+    building walks Pi's buildSessionPath from the id (the last entry for the falsy id ``""``)."""
+    context_path = session_path(entries, leaf_id, index_by_id(entries))
+    return leaf_context_doc(context_path, list(branch), with_projection=with_projection)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ def corpus_doc(entries: Sequence[Any], all_leaves: bool) -> dict[str, Any]:
             seen.add(entry_id)
             path = get_branch(by_id, entry_id)
             item = {"leafId": entry_id, "pathIds": [id_of(e) for e in path]}
-            item.update(leaf_doc(path, with_projection=False))
+            item.update(leaf_doc(entries, entry_id, path, with_projection=False))
             doc["allLeaves"].append(item)
     return doc
 

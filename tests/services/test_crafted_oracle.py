@@ -104,7 +104,7 @@ def test_crafted_session_matches_pi(make, tmp_path: Path) -> None:
         elif diff := _judge(f"crafted.{field}", doc[field], ours[field], make.__name__):
             problems.append(diff)
     for leaf in doc["allLeaves"]:
-        mine = leaf_doc(path_from_ids(leaf["pathIds"], by_id))
+        mine = leaf_doc(doc["entries"], leaf["leafId"], path_from_ids(leaf["pathIds"], by_id))
         for field in LEAF_FIELDS:
             if diff := _judge(f"crafted.allLeaves.{field}", leaf.get(field), mine.get(field), make.__name__):
                 problems.append(f"{leaf['leafId']}: {diff}")

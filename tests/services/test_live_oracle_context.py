@@ -47,7 +47,7 @@ def test_fresh_seed_matches_pi(seed: int, tmp_path: Path) -> None:
         elif diff := _judge(f"live.{field}", doc[field], ours[field], where):
             problems.append(diff)
     for leaf in doc.get("allLeaves") or []:
-        mine = leaf_doc(path_from_ids(leaf["pathIds"], by_id))
+        mine = leaf_doc(entries, leaf["leafId"], path_from_ids(leaf["pathIds"], by_id))
         for field in LEAF_FIELDS:
             if diff := _judge(f"live.allLeaves.{field}", leaf.get(field), mine.get(field), where):
                 problems.append(f"{leaf['leafId']}: {diff}")

@@ -104,7 +104,7 @@ def test_context_fields_match_pi(case: FixtureCase) -> None:
             for field in LEAF_FIELDS:
                 AGREEMENT.skip(f"allLeaves.{field}")
             continue
-        ours = leaf_doc(path_from_ids(leaf["pathIds"], by_id))
+        ours = leaf_doc(entries, leaf["leafId"], path_from_ids(leaf["pathIds"], by_id))
         for field in LEAF_FIELDS:
             if field not in leaf and field not in ours:
                 AGREEMENT.record(f"allLeaves.{field}", None, where)  # both undefined
