@@ -10,7 +10,8 @@ autovacuum does, to read the index for rare words). Phrases are checked on the r
 
 Queries are written like web searches: words (all must match; ``AND`` between them is optional),
 ``"a phrase"``, ``word*`` (prefix), ``-word`` or ``NOT word`` (exclude), ``OR`` between
-alternatives (AND binds tighter: ``a b OR c`` is ``(a AND b) OR c``). AND and NOT are
+alternatives (AND binds tighter: ``a b OR c`` is ``(a AND b) OR c``), parentheses to group
+(``(a OR b) c``, ``-(a OR b)``; expanded to alternatives of conjunctions). AND and NOT are
 operators in upper case only (OR in any case). Words are runs of letters and digits, as both
 indexes split text, so ``foo-bar`` searches the phrase ``foo bar``. :func:`parse_query` turns
 the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or PostgreSQL's
@@ -49,7 +50,9 @@ _log = logging.getLogger(__name__)
 _warned: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines whose stale index was reported
 
 WORD = re.compile(r"[^\W_]+")  # a word: a run of letters and digits
-_TOKEN = re.compile(r'(-?)"([^"]*)"?(\*?)|(\S+)')
+_TOKEN = re.compile(r'((?:-?\()*)(-?)"([^"]*)"?(\*?)(\)*)|(\S+)')  # [(]-"a phrase"*[)], or anything else
+_LEADING_OPENS = re.compile(r"(?:-?\()*")  # "(" or "-(" (NOT a group), repeated
+_GROUP_OPENS = re.compile(r"-?\(")
 
 
 class BadQuery(StoreError):
@@ -126,41 +129,114 @@ def _ts_term(term: Term) -> str:
     return "(" + " <-> ".join(_ts_words(term)) + ")"
 
 
+MAX_EXPANDED = 10_000  # alternatives a query's parentheses may expand to
+MAX_NESTING = 100  # parentheses in parentheses
+_OPEN, _CLOSE, _AND, _OR, _NOT = "(", ")", "AND", "OR", "NOT"
+Conjunctions = list[tuple[Term, ...]]  # a query part in disjunctive normal form: OR of ANDs
+
+
 def parse_query(query: str) -> Query:
     """Parse a web-search-style query (see the module docstring); raises :class:`BadQuery`."""
-    alternatives: list[tuple[Term, ...]] = []
-    current: list[Term] = []
-    negate_next = False  # NOT: the next word or phrase is excluded
-    for match in _TOKEN.finditer(query):
-        negated, phrase, star, bare = match.groups()
-        if bare is not None:
-            if bare in ("AND", "NOT") or bare.upper() == "OR":  # AND, NOT upper case only (OR: as before)
-                if negate_next:
-                    raise BadQuery(f"{query!r}: NOT must be followed by a word or a phrase")
-                if bare.upper() == "OR":
-                    if current:
-                        alternatives.append(tuple(current))
-                    current = []
-                negate_next = bare == "NOT"
-                continue
-            negated = "-" if bare.startswith("-") and len(bare) > 1 else ""
-            body = bare[1:] if negated else bare
-            star = "*" if body.endswith("*") else ""
-            phrase = body
-        words = tuple(w.lower() for w in WORD.findall(phrase))
-        if words:
-            current.append(Term(words, prefix=bool(star), excluded=bool(negated) != negate_next))
-        negate_next = False
-    if negate_next:
-        raise BadQuery(f"{query!r}: NOT must be followed by a word or a phrase")
-    if current:
-        alternatives.append(tuple(current))
+    tokens = _tokens(query)
+    alternatives, _end = _alternatives(query, tokens, 0)  # the end: _tokens drops parentheses that close nothing
     if not alternatives:
         raise BadQuery(f"nothing to search for in {query!r}: give at least one word")
     for terms in alternatives:
         if all(t.excluded for t in terms):
             raise BadQuery(f"{query!r}: each alternative needs a word that is not excluded")
     return Query(tuple(alternatives))
+
+
+def _tokens(query: str) -> list[Any]:
+    """Terms, operators and parentheses. A parenthesis groups at the edges of a word (``(a``,
+    ``b)``, ``-(``); one inside a word is part of it (``print(x)`` is the phrase ``print x``), and
+    a closing one that closes nothing is left out."""
+    tokens: list[Any] = []
+    depth = 0
+    for match in _TOKEN.finditer(query):
+        opening, negated, phrase, star, closing, bare = match.groups()
+        if bare is not None:
+            opening = _LEADING_OPENS.match(bare).group()  # type: ignore[union-attr]  # it matches ""
+            bare = bare[len(opening):]
+        for group in _GROUP_OPENS.findall(opening):
+            tokens += [_NOT, _OPEN] if group == "-(" else [_OPEN]
+            depth += 1
+            if depth > MAX_NESTING:
+                raise BadQuery(f"{query[:40]!r}...: parentheses nested more than {MAX_NESTING} deep")
+        closes = len(closing or "")
+        if bare is not None:
+            body = bare.rstrip(")")
+            closes = len(bare) - len(body)
+            own = min(closes, max(0, body.count("(") - body.count(")")))  # print(x): the word's own
+            body += ")" * own
+            closes -= own
+            if body in (_AND, _NOT) or body.upper() == _OR:  # AND, NOT upper case only (OR in any case)
+                tokens.append(body.upper())
+                body = ""
+            negated = "-" if body.startswith("-") and len(body) > 1 else ""
+            body = body[1:] if negated else body
+            star = "*" if body.endswith("*") else ""
+            phrase = body
+        words = tuple(w.lower() for w in WORD.findall(phrase))
+        if words:
+            tokens.append(Term(words, prefix=bool(star), excluded=bool(negated)))
+        closes = min(closes, depth)
+        tokens += [_CLOSE] * closes
+        depth -= closes
+    return tokens
+
+
+def _alternatives(query: str, tokens: list[Any], at: int) -> tuple[Conjunctions, int]:
+    """``a OR b OR ...`` from ``tokens[at]`` to a closing parenthesis or the end; alternatives
+    with no term (``a OR``, ``()``) are left out."""
+    alternatives: Conjunctions = []
+    while True:
+        conjunctions, at = _conjunction(query, tokens, at)
+        alternatives += [terms for terms in conjunctions if terms]
+        if at < len(tokens) and tokens[at] == _OR:
+            at += 1
+            continue
+        return alternatives, at
+
+
+def _conjunction(query: str, tokens: list[Any], at: int) -> tuple[Conjunctions, int]:
+    """Parts joined by AND (or nothing) up to OR, a closing parenthesis or the end."""
+    result: Conjunctions = [()]
+    while at < len(tokens) and tokens[at] not in (_OR, _CLOSE):
+        if tokens[at] == _AND:
+            at += 1
+            continue
+        part, at = _part(query, tokens, at)
+        result = _product(query, result, part)
+    return result, at
+
+
+def _part(query: str, tokens: list[Any], at: int) -> tuple[Conjunctions, int]:
+    """A term, ``NOT`` a part, or a parenthesised group (closed at the end if left open)."""
+    token = tokens[at]
+    if token == _NOT:
+        if at + 1 == len(tokens) or tokens[at + 1] in (_AND, _OR, _NOT, _CLOSE):
+            raise BadQuery(f"{query!r}: NOT must be followed by a word, a phrase or a group")
+        part, at = _part(query, tokens, at + 1)
+        result: Conjunctions = [()]
+        for terms in part:  # NOT (a b OR c) = (NOT a OR NOT b) AND NOT c
+            result = _product(query, result, [(_negated(term),) for term in terms])
+        return result, at
+    if token == _OPEN:
+        group, at = _alternatives(query, tokens, at + 1)
+        return group or [()], at + 1 if at < len(tokens) else at
+    return [(token,)], at + 1
+
+
+def _negated(term: Term) -> Term:
+    return Term(term.words, term.prefix, not term.excluded)
+
+
+def _product(query: str, left: Conjunctions, right: Conjunctions) -> Conjunctions:
+    """``left AND right``, both in disjunctive normal form."""
+    if len(left) * len(right) > MAX_EXPANDED:
+        raise BadQuery(f"{query!r}: its parentheses expand to more than {MAX_EXPANDED:,} alternatives")
+    return [a + b for a in left for b in right]
 
 
 # ------------------------------------------------------------------------------ index upkeep

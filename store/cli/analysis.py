@@ -87,13 +87,14 @@ class _SearchCommand(click.Command):
 @format_options("Print a JSON list of hits (matches marked <mark>...</mark>).")
 def search_command(query: tuple[str, ...], session: str | None, role: str | None, path_only: bool, limit: int,
                    fmt: str | None) -> None:
-    """Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR. Newest hits first.
+    """Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR, (groups). Newest hits first.
 
     \b
     pi-store search refactor parser       both words (AND is implied)
     pi-store search '"unit test"'         a phrase
     pi-store search 'pars*' -legacy       a prefix, without the word legacy
     pi-store search 'queue OR broker NOT kafka'
+    pi-store search '(queue OR broker) -(kafka OR redis)'
     The same meaning on SQLite and PostgreSQL. Words are letters and digits; upper-case
     AND, OR, NOT are operators.
     """

@@ -55,7 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "path": ("app", "Print the database: a SQLite file's path, else its URL (password masked)."),
     "prune": ("retention", 'Tree-aware retention: drop abandoned branches older than D, keeping what Pi...'),
     "serve": ("serve", "Browse sessions, their trees and what the model sees, read-only, in a web..."),
-    "search": ("analysis", 'Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR.'),
+    "search": ("analysis", 'Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR, (groups).'),
     "sql": ("analysis", 'Run one read-only SQL statement (views: docs/sql.md) and print the rows as...'),
     "stats": ("analysis", 'Messages, tool calls, tokens and cost of a session (all sessions without...'),
     "sync": ("interchange", 'Bring the store up to date with a Pi sessions folder: new files imported,...'),

@@ -133,9 +133,35 @@ def test_query_syntax(store: SessionStore) -> None:
     assert {h.entry_id for h in store.search("zebra OR okapi")} == {ids["zebra"], ids["okapi"]}
     assert only(store.search("/src/platypus.py")).entry_id == ids["yak"]  # path parts, on both engines
     assert only(store.search("ZEBRA")).entry_id == ids["zebra"]
-    for bad in ("", "   ", "-zebra", "!!!"):
+    # parentheses group (expanded to alternatives of conjunctions), on both engines
+    assert {h.entry_id for h in store.search("question (zebra OR narwhal)")} == {ids["zebra"], ids["narwhal"]}
+    assert [h.entry_id for h in store.search("question -(zebra OR okapi)")] == [ids["narwhal"]]
+    assert {h.entry_id for h in store.search('("second question" OR yak) -ocelot')} == {ids["narwhal"], ids["yak"]}
+    for bad in ("", "   ", "-zebra", "!!!", "-(zebra OR okapi)", "()", "(" * 101 + "zebra"):
         with pytest.raises(BadQuery):
             store.search(bad)
+
+
+@pytest.mark.parametrize(("query", "fts5"), [
+    ("(a OR b) c", '("a" AND "c") OR ("b" AND "c")'),
+    ("a (b OR c", '("a" AND "b") OR ("a" AND "c")'),  # a group left open closes at the end
+    ("a) b", '("a" AND "b")'),  # a parenthesis that closes nothing is left out
+    ("print(x) y", '("print x" AND "y")'),  # inside a word: part of it (a phrase, as foo-bar)
+    ('("a b" OR c) d', '("a b" AND "d") OR ("c" AND "d")'),
+    ('-("a b" OR c) d', '("d" NOT "a b" NOT "c")'),
+    ("NOT (a b) c", '("c" NOT "a") OR ("c" NOT "b")'),  # De Morgan
+    ("-(-(a OR b)) c", '("a" AND "c") OR ("b" AND "c")'),
+    ("a AND (b OR NOT c) OR d", '("a" AND "b") OR ("a" NOT "c") OR ("d")'),
+    ("(a OR) (OR b)", '("a" AND "b")'),  # alternatives with no term are left out, as before
+])
+def test_parentheses_group(query: str, fts5: str) -> None:
+    assert parse_query(query).fts5() == fts5
+
+
+def test_parentheses_that_expand_too_far_are_refused() -> None:
+    with pytest.raises(BadQuery, match="expand to more than 10,000 alternatives"):
+        parse_query(" ".join(f"(a{i} OR b{i})" for i in range(14)))  # 2**14 alternatives
+    assert len(parse_query(" ".join(f"(a{i} OR b{i})" for i in range(13))).alternatives) == 2**13
 
 
 def test_parse_query_compiles_the_same_meaning_for_both_engines() -> None:
