@@ -386,6 +386,28 @@ def edge_numbers(data: bytes, rng: random.Random) -> bytes:
     return _join(lines)
 
 
+def non_string_ids(data: bytes, rng: random.Random) -> bytes:
+    """Some ids made numbers (``1``, ``1.0``, ``-3``, ``1e3``) or ``true``, and the parentIds that
+    named them alike: no Pi writes them, but Pi's ``byId`` Map links them, and so must the store."""
+    lines = _lines(data)
+    items = _entries(lines)
+    if not items:
+        return data
+    chosen = rng.sample(items, min(len(items), rng.randint(1, 8)))
+    renamed: dict[str, Any] = {}
+    for n, (_, value) in enumerate(chosen, start=1):
+        renamed[value["id"]] = rng.choice([n, float(n), -n, n * 1000.0, True if not renamed else n])
+    for i, value in _objects(lines):
+        changed = False
+        for key in ("id", "parentId"):
+            if isinstance(value.get(key), str) and value[key] in renamed:
+                value[key] = renamed[value[key]]
+                changed = True
+        if changed:
+            lines[i] = _dump(value)
+    return _join(lines)
+
+
 def odd_file(data: bytes, rng: random.Random) -> bytes:
     return rng.choice([b"", b"\n", b"  \n\n", b"\xef\xbb\xbf" + data, data + b"\n\n\n", data.rstrip(b"\n"),
                        b"null\n", b'"just a string"\n', b"[]\n" + data, b"\x00" * 64])
@@ -396,6 +418,7 @@ MUTATORS: list[tuple[Mutator, float]] = [
     (flip_bytes, 3), (cut_lines, 2), (duplicate_lines, 2), (reorder_lines, 2), (truncate, 2), (invalid_utf8, 2),
     (nul_bytes, 2), (crlf_mix, 2), (deep_nesting, 1), (huge_line, 0.3), (duplicate_ids, 2), (missing_parent, 2),
     (parent_cycle, 2), (surrogate_ids, 1.5), (header_mutation, 3), (edge_numbers, 2), (odd_file, 0.5),
+    (non_string_ids, 1.5),
 ]
 
 
