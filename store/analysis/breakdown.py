@@ -38,8 +38,8 @@ BY = ("day", "model", "cwd", "tool")
 _SUMS = """count(DISTINCT a.session_pk) AS sessions, sum(a.messages) AS messages,
            sum(a.user_messages) AS user_messages, sum(a.assistant_messages) AS assistant_messages,
            sum(a.tool_results) AS tool_results, sum(a.tool_calls) AS tool_calls, sum(a.tool_errors) AS tool_errors,
-           sum(a.input) AS input, sum(a.output) AS output, sum(a.cache_read) AS cache_read,
-           sum(a.cache_write) AS cache_write, sum(a.cost) AS cost"""
+           {add}(a.input) AS input, {add}(a.output) AS output, {add}(a.cache_read) AS cache_read,
+           {add}(a.cache_write) AS cache_write, sum(a.cost) AS cost"""
 _KEYS = {
     "day": ("a.day", "a.day"),
     "cwd": ("a.cwd", "a.cwd"),
@@ -157,8 +157,9 @@ def breakdown(
             # the kept totals unless a window cuts days apart (a plain subquery: both engines
             # apply the session condition inside it)
             source = _KEPT if since is None and until is None else "activity"
+            sums = _SUMS.format(add=queries.adding_counts(conn))
             rows = conn.execute(
-                text(f"SELECT {select}, {_SUMS} FROM {source} AS a WHERE 1 = 1{where.format(t='a')} GROUP BY {group}"),
+                text(f"SELECT {select}, {sums} FROM {source} AS a WHERE 1 = 1{where.format(t='a')} GROUP BY {group}"),
                 params,
             ).all()
             groups = [_group(_key(by, r), r) for r in rows]

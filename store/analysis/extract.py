@@ -32,7 +32,8 @@ an int or a str, and a SQLite trigger costs every inserted row, so there are nei
     1 on exactly the records Pi's ``/session`` adds up (assistant messages, tool results with
     usage, ``usage`` entries, compaction and branch-summary usage), with their token counts and
     ``cost.total`` (the reported ``totalTokens`` is in ``facts``). Counts that are not integers
-    and costs that are not finite numbers count as 0 (Pi would add them and print nonsense).
+    and costs that are not finite numbers, or not below 1e300 in magnitude, count as 0 (Pi would
+    add them and print nonsense; PostgreSQL's sum of doubles fails where the total overflows).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ FACTS_MAX_DEPTH: Final = 200  # levels of a JSON value kept as JSON in ``facts``
 _NO_USAGE: Final = (0, 0, 0, 0, 0, 0.0)  # has_usage, then the numbers
 NO_ANALYSIS: Final = ("", "{}", "", "", *_NO_USAGE)
 _MAX_BIGINT: Final = 2**63 - 1
+_MAX_COST: Final = 1e300  # a cost at or beyond this counts as 0: no sum of costs can overflow a double
 def analysis_values(value: dict) -> tuple:
     """The ``ANALYSIS_COLUMNS`` of one entry (a parsed JSON object of kind ``entry``)."""
     kind = value.get("type")
@@ -254,10 +256,10 @@ def _usage(usage: Any, facts: dict) -> tuple:
     _put_tokens(facts, "totalTokens", get("totalTokens"))
     cost = get("cost")
     total = cost.get("total") if cost.__class__ is dict else None
-    if total.__class__ is not float:
-        total = float(total) if total.__class__ is int else 0.0
+    if total.__class__ is not float and total.__class__ is not int:
+        total = 0.0
     return (1, _tokens(get("input")), _tokens(get("output")), _tokens(get("cacheRead")), _tokens(get("cacheWrite")),
-            total if math.isfinite(total) else 0.0)
+            float(total) if -_MAX_COST < total < _MAX_COST else 0.0)
 
 
 def _tokens(value: Any) -> int:

@@ -30,6 +30,7 @@ from sqlalchemy import (
     tuple_,
 )
 
+from store.db import queries
 from store.db.engine import is_sqlite
 from store.db.schema import entries, sessions
 from store.db.stored_text import db_text
@@ -64,17 +65,18 @@ class Usage:
     cost: float = 0.0
 
 
-def _usage_by_session() -> Select:
+def _usage_by_session(conn: Connection) -> Select:
     """Per-session totals of the usage-bearing rows (read from ``ix_entries_usage`` alone)."""
-    tokens = (func.sum(entries.c.usage_input) + func.sum(entries.c.usage_output)
-              + func.sum(entries.c.usage_cache_read) + func.sum(entries.c.usage_cache_write))
+    add = getattr(func, queries.adding_counts(conn))
+    tokens = (add(entries.c.usage_input) + add(entries.c.usage_output)
+              + add(entries.c.usage_cache_read) + add(entries.c.usage_cache_write))
     return (select(entries.c.session_pk, tokens.label("tokens"), func.sum(entries.c.usage_cost).label("cost"))
             .where(entries.c.has_usage == _ONE).group_by(entries.c.session_pk))
 
 
 def session_usage(conn: Connection, session_pks: list[int]) -> dict[int, Usage]:
     """Token and cost totals of the given sessions (the cost as ``store.money`` reports it)."""
-    stmt = _usage_by_session()
+    stmt = _usage_by_session(conn)
     if len(session_pks) > _IN_LIST:  # most of the store: one pass over the index
         rows = conn.execute(stmt)
     else:
@@ -123,7 +125,7 @@ def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", re
     after = _decode_cursor(cursor, sort, reverse) if cursor else None
     base = select(sessions).where(*_conditions(where))
     if sort == "cost":
-        usage = _usage_by_session().subquery()
+        usage = _usage_by_session(conn).subquery()
         key: ColumnElement = func.coalesce(usage.c.cost, 0.0)
         base = base.add_columns(key.label("sort_value")).outerjoin(usage, usage.c.session_pk == sessions.c.pk)
     else:

@@ -91,8 +91,8 @@ _KEPT_COUNTS = """SELECT coalesce(sum(messages), 0) AS total, coalesce(sum(user_
        coalesce(sum(tool_calls), 0) AS tool_calls
 FROM activity_days"""
 _KEPT_MODELS = """SELECT NULLIF(provider, '') AS provider, NULLIF(model, '') AS model, sum(calls) AS records,
-       sum(input) AS input, sum(output) AS output, sum(cache_read) AS cache_read, sum(cache_write) AS cache_write,
-       sum(cost) AS cost
+       {add}(input) AS input, {add}(output) AS output, {add}(cache_read) AS cache_read,
+       {add}(cache_write) AS cache_write, sum(cost) AS cost
 FROM activity_days WHERE calls > 0
 GROUP BY provider, model ORDER BY cost DESC, provider, model"""
 
@@ -100,7 +100,7 @@ GROUP BY provider, model ORDER BY cost DESC, provider, model"""
 def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> SessionStats:
     if session_pk is None:
         return _totals(session_id, queries.session_count(conn), conn.execute(text(_KEPT_COUNTS)).one(),
-                       conn.execute(text(_KEPT_MODELS)).all(), None)
+                       conn.execute(text(_KEPT_MODELS.format(add=queries.adding_counts(conn)))).all(), None)
     params = {"spk": session_pk}
     only = " AND session_pk = :spk" if session_pk is not None else ""
     calls = ("json_array_length(facts, '$.toolCalls')" if is_sqlite(conn)
@@ -113,10 +113,11 @@ def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> 
                coalesce(sum(CASE WHEN role = 'assistant' AND facts -> 'toolCalls' IS NOT NULL
                                  THEN {calls} ELSE 0 END), 0) AS tool_calls
         FROM entries WHERE kind = 'entry' AND type = 'message'{only}"""), params).one()
+    add = queries.adding_counts(conn)
     models = conn.execute(text(f"""
         SELECT NULLIF(provider, '') AS provider, NULLIF(model, '') AS model, count(*) AS records,
-               sum(usage_input) AS input, sum(usage_output) AS output, sum(usage_cache_read) AS cache_read,
-               sum(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
+               {add}(usage_input) AS input, {add}(usage_output) AS output, {add}(usage_cache_read) AS cache_read,
+               {add}(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
         FROM entries WHERE has_usage = 1{only}
         GROUP BY provider, model ORDER BY cost DESC, provider, model"""), params).all()
     sums = [0, 0, 0, 0, 0.0]  # in file order, like Pi

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, bindparam, text
 
 from store.analysis.stats import Tokens
+from store.db import queries
 from store.db.stored_text import db_text
 
 
@@ -33,10 +34,11 @@ class DayUsage:
 def usage_by_day(conn: Connection, session_pk: int | None = None) -> list[DayUsage]:
     """Per day and model, oldest day first (one session's rows when ``session_pk`` is given)."""
     only = " AND session_pk = :spk" if session_pk is not None else ""
+    add = queries.adding_counts(conn)
     rows = conn.execute(text(f"""
         SELECT substr(timestamp, 1, 10) AS day, NULLIF(provider, '') AS provider, NULLIF(model, '') AS model,
-               sum(usage_input) AS input, sum(usage_output) AS output, sum(usage_cache_read) AS cache_read,
-               sum(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
+               {add}(usage_input) AS input, {add}(usage_output) AS output, {add}(usage_cache_read) AS cache_read,
+               {add}(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
         FROM entries WHERE has_usage = 1{only}
         GROUP BY substr(timestamp, 1, 10), provider, model
         ORDER BY day, provider, model"""), {"spk": session_pk}).all()

@@ -208,6 +208,13 @@ def session_by_pk(conn: Connection, session_pk: int, *, lock: bool = False) -> R
     return conn.execute(stmt.with_for_update() if lock and conn.dialect.name != "sqlite" else stmt).first()
 
 
+def adding_counts(conn: Connection) -> str:
+    """The SQL aggregate that adds up BIGINT counts (tokens) without failing: SQLite's ``sum()``
+    raises past BIGINT's range, its ``total()`` (a REAL, exact below 2**53) does not;
+    PostgreSQL's ``sum()`` of bigints is a ``numeric``."""
+    return "total" if conn.dialect.name == "sqlite" else "sum"
+
+
 def session_count(conn: Connection) -> int:
     return conn.execute(select(func.count()).select_from(sessions)).scalar_one()
 

@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from store.analysis import activity_days
 from store.analysis.backfill import recompute_analysis
+from store.analysis.breakdown import breakdown
 from store.db import current_path
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.format import js_stringify
@@ -219,6 +220,31 @@ def test_token_totals_past_bigint_are_stored(store: SessionStore, tmp_path: Path
     with read_transaction(store.engine) as conn:
         calls, tokens = conn.execute(text("SELECT calls, input FROM usage_days")).one()
     assert calls == 3 and float(tokens) == pytest.approx(3.0 * huge)
+
+
+def test_sums_past_bigint_and_past_a_double_are_reported(store: SessionStore, tmp_path: Path) -> None:
+    """Token counts whose sums pass BIGINT (SQLite's sum() raises there: total() does not) and
+    costs whose sum would pass a double's range (PostgreSQL's sum() raises there; a cost of 1e300
+    or more counts as 0, as a cost that is not finite does): every surface reports them."""
+    huge = 9 * 10**18
+    lines = [js_stringify({"type": "session", "version": 3, "id": "big", "timestamp": js_iso(0), "cwd": "/w"})]
+    for index, cost in enumerate((1.7976931348623157e308, 1.7976931348623157e308, 10**400, 2.5)):
+        message = {"role": "assistant", "provider": "p", "model": "m", "content": [],
+                   "usage": {"input": huge, "output": 1, "cacheRead": 0, "cacheWrite": 0, "cost": {"total": cost}}}
+        lines.append(js_stringify({"type": "message", "id": f"a{index}", "parentId": f"a{index - 1}" if index else None,
+                                   "timestamp": js_iso(1000 * index), "message": message}))
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), "utf-8")
+    assert store.import_file(path).imported
+    stats = store.stats("big")
+    assert (stats.tokens.input, stats.tokens.output, stats.cost) == (4 * huge, 4, 2.5)
+    assert store.stats().tokens.input == pytest.approx(4 * huge)
+    assert [(m.tokens.input, m.cost) for m in stats.models] == [(pytest.approx(4 * huge), 2.5)]
+    [listed] = store.list_all(sort="cost")
+    assert (listed.tokens, listed.cost) == (pytest.approx(4 * huge + 4), 2.5)
+    for by in ("day", "model"):
+        [group] = [g for g in breakdown(store.engine, by).rows if g.tokens]
+        assert (group.tokens.total, group.cost) == (pytest.approx(4 * huge + 4), 2.5)
 
 
 def test_model_errors_are_read_from_their_index(store: SessionStore) -> None:
