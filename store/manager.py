@@ -702,10 +702,7 @@ class SessionManager:
         not strings: files no Pi wrote)."""
         with self._reading() as conn:
             seq = self._branch_seq() if from_id is None else self._seq_of_id(conn, from_id)
-            rows = queries.path_rows(conn, self._spk, seq, "entry_id", "seq")
-            lines = queries.lines_at(conn, self._spk, [row.seq for row in rows if row.entry_id is None])
-        return [row.entry_id if row.entry_id is not None else js_parse(lines[row.seq]).get("id")
-                for row in rows]
+            return queries.ids_of(conn, self._spk, queries.path_rows(conn, self._spk, seq, "entry_id", "seq"))
 
     def get_children(self, parent_id: str) -> list[dict]:
         with self._reading() as conn:

@@ -11,6 +11,7 @@ corrupted table.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, func, select, text
 
@@ -18,7 +19,7 @@ from store.db.schema import entries, sessions
 from store.db.stored_text import db_text, may_be_escaped
 from store.errors import SessionNotFound
 from store.format.jsjson import js_parse
-from store.format.jsvalue import prop
+from store.format.jsvalue import UNDEFINED, prop
 from store.tree_columns import IdKey, id_key
 
 RUNS_WALK = """
@@ -113,6 +114,19 @@ def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int
         chunk = list(seqs[start:start + 500])
         out.update((seq, line) for seq, line in conn.execute(stmt, {"seqs": chunk}))
     return out
+
+
+def ids_of(conn: Connection, session_pk: int, rows: Sequence[Row]) -> list[Any]:
+    """The entry ids of ``rows`` (with ``seq`` and ``entry_id``): the column, or where it is NULL
+    (an id that is not a string, or none: files no Pi wrote) the id in the row's line, None when
+    it has none."""
+    lines = lines_at(conn, session_pk, [row.seq for row in rows if row.entry_id is None])
+    return [row.entry_id if row.entry_id is not None else _id_in(lines[row.seq]) for row in rows]
+
+
+def _id_in(line: str) -> Any:
+    entry_id = prop(js_parse(line), "id")
+    return None if entry_id is UNDEFINED else entry_id
 
 
 _HEADER_TEXT = (("session_id", "id"), ("cwd", "cwd"), ("parent_session", "parentSession"))

@@ -25,7 +25,7 @@ from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
 from store.format.jsdate import parse_js_date
-from store.format.jsvalue import map_key
+from store.format.jsvalue import map_key, truthy
 from store.gc_pause import gc_paused
 from store.services import CompactionSettings, jsonable
 from store.services.context import EDITABLE_ROLES as EDITABLE
@@ -185,18 +185,20 @@ def session_view(store: SessionStore, session_id: str, selected: str | None = No
     with read_transaction(store.engine) as conn, gc_paused():
         session = queries.stored_session(conn, session_id)
         leaf = queries.tree_columns_of(conn, session.pk, session.leaf_seq) if session.leaf_seq is not None else None
-        leaf_id = leaf.entry_id if leaf is not None and leaf.depth is not None else None
+        leaf_id = queries.ids_of(conn, session.pk, [leaf])[0] if leaf is not None and leaf.depth is not None else None
         if selected is None:  # the leaf row, also when its id is not a string (as context_view)
-            chosen, seq = leaf_id, session.leaf_seq
+            seq = session.leaf_seq
+            chosen = leaf_id if isinstance(leaf_id, str) else None  # what a link can select
         else:
             chosen, seq = selected, queries.seq_of(conn, session.pk, selected)
             if seq is None:
                 raise EntryNotFound(f"no entry {selected!r} in session {session_id}")
         path = queries.path_rows(conn, session.pk, seq, "seq", "entry_id") if seq is not None else []
-        path_ids = [row.entry_id for row in path]
+        path_ids = queries.ids_of(conn, session.pk, path)
         context_doc, parsed = None, {}
         if context and seq is not None:
-            context_doc, parsed = _context(conn, session, seq, chosen, path_ids, context_tail)
+            context_doc, parsed = _context(conn, session, seq, leaf_id if selected is None else selected, path_ids,
+                                           context_tail)
         entries, summaries = tree_entries(conn, session.pk)
         shown = path if tail is None else path[len(path) - tail:] if tail else []
         lines = queries.lines_at(conn, session.pk, [row.seq for row in shown if row.seq not in parsed])
@@ -267,8 +269,9 @@ def context_view(store: SessionStore, session_id: str, leaf_id: str | None = Non
             raise EntryNotFound(f"no entry {leaf_id!r} in session {session_id}")
         if leaf_id is None and seq is not None:
             columns = queries.tree_columns_of(conn, session.pk, seq)
-            leaf_id = columns.entry_id if columns is not None and columns.depth is not None else None
-        path_ids = [row.entry_id for row in queries.path_rows(conn, session.pk, seq, "entry_id")]
+            leaf_id = (queries.ids_of(conn, session.pk, [columns])[0]
+                       if columns is not None and columns.depth is not None else None)
+        path_ids = queries.ids_of(conn, session.pk, queries.path_rows(conn, session.pk, seq, "entry_id", "seq"))
         return _context(conn, session, seq, leaf_id, path_ids, tail)[0]
 
 
@@ -287,7 +290,8 @@ def _context(conn: Connection, session: Any, seq: int | None, leaf_id: str | Non
         doc.update({"contextEntryIds": HANG, "error": HANG, "messages": [], "messageCount": 0, "hidden": [],
                     "summarised": None})
     else:
-        doc.update(_context_numbers(window, window if leaf_id is not None else [], path_ids, tail))
+        # Pi's getBranch() from a falsy leaf id ("", 0, false) is empty, as from none
+        doc.update(_context_numbers(window, window if truthy(leaf_id) else [], path_ids, tail))
     return doc, dict(zip(seqs, window, strict=True))
 
 

@@ -76,8 +76,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def import_files(db_url: str, folder: Path) -> list[Path]:
-    """Import the fixture sessions, the corpus and the viewer's own test sessions."""
-    files = sorted((FIXTURES / "sessions").glob("*.jsonl"))
+    """Import the fixture sessions (Pi's and the crafted ones), the corpus and the viewer's own
+    test sessions."""
+    files = sorted((FIXTURES / "sessions").glob("*.jsonl")) + sorted((FIXTURES / "crafted").glob("*.jsonl"))
     if CORPUS_DIR.is_dir():
         files += sorted(CORPUS_DIR.glob("*.jsonl"))
     else:
