@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import accumulate
+from typing import Any
 
 from sqlalchemy import Connection, select, text
 
 from store.db import queries
 from store.db.schema import entries
+from store.db.stored_text import db_text, may_be_escaped
 from store.format import js_parse
-from store.format.jsvalue import prop
+from store.format.jsvalue import map_key, prop
 
 
 class PathIndex:
@@ -75,14 +77,10 @@ def context_rows(conn: Connection, session_pk: int, leaf_seq: int | None) -> tup
     compaction_at = path.position(leaf.compaction_seq)
     compaction = js_parse(queries.lines_at(conn, session_pk, [leaf.compaction_seq])[leaf.compaction_seq])
     start = compaction_at
-    first_kept = prop(compaction, "firstKeptEntryId")
-    if isinstance(first_kept, str):
-        candidates = conn.execute(
-            select(entries.c.seq).where(entries.c.session_pk == session_pk, entries.c.entry_id == first_kept)
-        ).scalars()
-        positions = [p for p in map(path.position, candidates) if p is not None and p < compaction_at]
-        if positions:
-            start = min(positions)
+    positions = [p for p in map(path.position, _rows_with_id(conn, session_pk, prop(compaction, "firstKeptEntryId")))
+                 if p is not None and p < compaction_at]
+    if positions:
+        start = min(positions)
     window = path.seqs_from(start)
     settings = sorted(
         (position, seq) for seq in {leaf.thinking_seq, leaf.model_seq} - {None} | _without_role(conn, session_pk)
@@ -103,3 +101,24 @@ def _without_role(conn: Connection, session_pk: int) -> set[int]:
     was damaged or edited): Pi reads every path message's role for the settings, and fails on
     them, so the window is preceded by those on the path before it as by the setting entries."""
     return set(conn.execute(_WITHOUT_ROLE, {"spk": session_pk}).scalars())
+
+
+def _rows_with_id(conn: Connection, session_pk: int, wanted: Any) -> list[int]:
+    """The rows whose entry id is ``wanted`` (Pi compares with ``===``): a string through the
+    ``entry_id`` column (a row whose stored form could be another id's escape checked on its
+    line); any other value on the lines of the rows without a string id (files no Pi wrote)."""
+    c = entries.c
+    if isinstance(wanted, str):
+        stored = db_text(wanted)
+        seqs = list(conn.execute(
+            select(c.seq).where(c.session_pk == session_pk, c.entry_id == stored)).scalars())
+        if not may_be_escaped(stored):
+            return seqs
+        lines = queries.lines_at(conn, session_pk, seqs)
+        return [seq for seq in seqs if prop(js_parse(lines[seq]), "id") == wanted]
+    if isinstance(wanted, (dict, list)):  # a parsed object is === itself alone
+        return []
+    key = map_key(wanted)  # === for the other JSON values (and undefined)
+    rows = conn.execute(select(c.seq, c.line).where(c.session_pk == session_pk, c.kind.in_(("entry", "value")),
+                                                    c.entry_id.is_(None)))
+    return [seq for seq, line in rows if map_key(prop(js_parse(line), "id")) == key]

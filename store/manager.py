@@ -39,7 +39,7 @@ from store.db.engine import (
     write_transaction,
 )
 from store.db.schema import entries as entries_table
-from store.db.stored_text import db_text
+from store.db.stored_text import db_text, may_be_escaped
 from store.db.writes import ROW_COLUMNS, entry_values, insert_rows, insert_session
 from store.errors import (
     EntryNotFound,
@@ -170,8 +170,8 @@ class SessionManager:
         cols = queries.tree_columns_of(conn, self._spk, seq)
         leaf_id = None
         if cols is not None and cols.depth is not None:
-            leaf_id = cols.entry_id  # a string id, else read from the line (a file no Pi wrote)
-            if leaf_id is None:
+            leaf_id = cols.entry_id  # a string id as stored, else as the line has it (a file no Pi wrote)
+            if leaf_id is None or may_be_escaped(leaf_id):
                 leaf_id = prop(js_parse(queries.lines_at(conn, self._spk, [seq])[seq]), "id")
         if leaf_id is None:
             self._leaf, self._leaf_id = None, None

@@ -81,13 +81,16 @@ def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
     strings (anything else names no entry), compared as the columns hold them (``db_text``)."""
     if not isinstance(entry_id, str):
         return None
-    return conn.execute(
-        select(entries.c.seq)
-        .where(entries.c.session_pk == session_pk, entries.c.entry_id == db_text(entry_id),
-               entries.c.kind == "entry")
-        .order_by(entries.c.seq.desc())
-        .limit(1)
-    ).scalar()
+    stored = db_text(entry_id)
+    stmt = (select(entries.c.seq)
+            .where(entries.c.session_pk == session_pk, entries.c.entry_id == stored, entries.c.kind == "entry")
+            .order_by(entries.c.seq.desc()))
+    if not may_be_escaped(stored):
+        return conn.execute(stmt.limit(1)).scalar()
+    # the stored form of an id with a lone surrogate or NUL is also that of one spelling the escape
+    seqs = list(conn.execute(stmt).scalars())
+    lines = lines_at(conn, session_pk, seqs)
+    return next((seq for seq in seqs if prop(js_parse(lines[seq]), "id") == entry_id), None)
 
 
 TREE_COLUMNS = (
@@ -117,11 +120,15 @@ def lines_at(conn: Connection, session_pk: int, seqs: Sequence[int]) -> dict[int
 
 
 def ids_of(conn: Connection, session_pk: int, rows: Sequence[Row]) -> list[Any]:
-    """The entry ids of ``rows`` (with ``seq`` and ``entry_id``): the column, or where it is NULL
-    (an id that is not a string, or none: files no Pi wrote) the id in the row's line, None when
-    it has none."""
-    lines = lines_at(conn, session_pk, [row.seq for row in rows if row.entry_id is None])
-    return [row.entry_id if row.entry_id is not None else _id_in(lines[row.seq]) for row in rows]
+    """The entry ids of ``rows`` (with ``seq`` and ``entry_id``): the column, or the id in the
+    row's line where the column is NULL (an id that is not a string, or none: None) or may hold
+    ``db_text``'s escape of a lone surrogate or NUL (files no Pi wrote)."""
+    lines = lines_at(conn, session_pk, [row.seq for row in rows if _not_as_stored(row.entry_id)])
+    return [_id_in(lines[row.seq]) if row.seq in lines else row.entry_id for row in rows]
+
+
+def _not_as_stored(entry_id: str | None) -> bool:
+    return entry_id is None or may_be_escaped(entry_id)
 
 
 def _id_in(line: str) -> Any:

@@ -110,6 +110,11 @@ def js_stringify_value(value: Any) -> str:
     return js_stringify(jsonable(value))
 
 
+# what ``Number(text)`` reads, once trimmed (ASCII digits only; no sign before 0x / 0o / 0b)
+_JS_NUMBER = re.compile(r"[+-]?(?:Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+                        r"|0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
+
+
 def js_to_number(value: Any) -> float | int:
     if value is None or value is False:
         return 0
@@ -121,16 +126,9 @@ def js_to_number(value: Any) -> float | int:
         text = js_trim(value)
         if not text:
             return 0
-        if "_" in text:  # Python's float() accepts digit separators, JavaScript does not
+        if not _JS_NUMBER.fullmatch(text):  # Python's float() also takes "1_0", "inf", "１２"
             return NAN
-        try:
-            if text[:2].lower() in ("0x", "0o", "0b"):
-                return int(text, 0)
-            if text.lstrip("+-").lower() in ("inf", "infinity", "nan"):
-                return float(text) if text.lstrip("+-") == "Infinity" else NAN
-            return float(text)
-        except ValueError:
-            return NAN
+        return int(text, 0) if text[:2].lower() in ("0x", "0o", "0b") else float(text)
     if isinstance(value, list):
         return js_to_number(js_to_string(value))
     return NAN  # undefined, plain objects

@@ -259,7 +259,7 @@ def project_context_entry(entry: Any, edit: Any = None) -> list[Any]:
     projected = []
     for message in messages:
         role = get(message, "role")
-        if role not in EDITABLE_ROLES:
+        if not isinstance(role, str) or role not in EDITABLE_ROLES:  # a role may be any JSON value
             projected.append(message)
             continue
         content = get(replacement, "content")

@@ -355,7 +355,7 @@ def _provenance(projection: Any, source_ids: list, estimates: list, path_ids: li
                 provenance = {"status": "kept", "compactionId": compaction.get("id") if compaction else None}
             else:
                 provenance = {"status": "path"}
-            if edit is not None and edit.get("replacement") is not None and role in EDITABLE:
+            if edit is not None and edit.get("replacement") is not None and isinstance(role, str) and role in EDITABLE:
                 provenance["replacedBy"] = edit.get("id")
             # a message read from the file is JSON already; one the projection made may hold undefined
             shown = message if message is source.get("message") else jsonable(message)
