@@ -140,7 +140,7 @@ class IdIndex:
 
     def get(self, entry_id: IdKey) -> int:
         """The row stored for ``entry_id``, or ``NONE``."""
-        if entry_id.__class__ is not str or len(entry_id) != 8 or entry_id.strip(_HEX):
+        if len(entry_id) != 8 or entry_id.strip(_HEX):  # (a map_key tuple has 2 items: the dict)
             return self._other.get(entry_id, NONE)
         key = int(entry_id, 16)
         keys, rows = self._keys, self._rows
@@ -151,7 +151,7 @@ class IdIndex:
 
     def put(self, entry_id: IdKey, row: int) -> int:
         """Store ``row`` (≥ 0) for ``entry_id``; returns the row it replaces, or ``NONE``."""
-        if entry_id.__class__ is not str or len(entry_id) != 8 or entry_id.strip(_HEX):
+        if len(entry_id) != 8 or entry_id.strip(_HEX):  # (a map_key tuple has 2 items: the dict)
             previous = self._other.get(entry_id, NONE)
             self._other[entry_id] = row
             return previous
