@@ -25,7 +25,6 @@ from sqlalchemy import Connection, select, text
 
 from store.db import queries
 from store.db.schema import entries
-from store.db.stored_text import db_text, may_be_escaped
 from store.format import js_parse
 from store.format.jsvalue import map_key, prop
 
@@ -105,17 +104,11 @@ def _without_role(conn: Connection, session_pk: int) -> set[int]:
 
 def _rows_with_id(conn: Connection, session_pk: int, wanted: Any) -> list[int]:
     """The rows whose entry id is ``wanted`` (Pi compares with ``===``): a string through the
-    ``entry_id`` column (a row whose stored form could be another id's escape checked on its
-    line); any other value on the lines of the rows without a string id (files no Pi wrote)."""
-    c = entries.c
+    ``entry_id`` column (``queries.seqs_with_id``); any other value on the lines of the rows
+    without a string id (files no Pi wrote)."""
     if isinstance(wanted, str):
-        stored = db_text(wanted)
-        seqs = list(conn.execute(
-            select(c.seq).where(c.session_pk == session_pk, c.entry_id == stored)).scalars())
-        if not may_be_escaped(stored):
-            return seqs
-        lines = queries.lines_at(conn, session_pk, seqs)
-        return [seq for seq in seqs if prop(js_parse(lines[seq]), "id") == wanted]
+        return queries.seqs_with_id(conn, session_pk, wanted)
+    c = entries.c
     if isinstance(wanted, (dict, list)):  # a parsed object is === itself alone
         return []
     key = map_key(wanted)  # === for the other JSON values (and undefined)

@@ -377,7 +377,8 @@ def _plan_session(conn: Connection, session, cutoff: int) -> _Plan | None:
         if row.kind != ENTRY:
             keep[row.seq] = 1
             continue
-        value = js_parse(row.line) if row.line is not None else None
+        # a line is parsed only for an id or label target that is not a string (no Pi writes those)
+        value = js_parse(row.line) if row.entry_id is None or (row.type == "label" and row.target_id is None) else None
         entry_id = row.entry_id if row.entry_id is not None else id_key(prop(value, "id"))
         if entry_id is not None:
             by_id.setdefault(entry_id, []).append(row.seq)

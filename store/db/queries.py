@@ -81,16 +81,24 @@ def seq_of(conn: Connection, session_pk: int, entry_id: str) -> int | None:
     strings (anything else names no entry), compared as the columns hold them (``db_text``)."""
     if not isinstance(entry_id, str):
         return None
+    seqs = seqs_with_id(conn, session_pk, entry_id)
+    return seqs[0] if seqs else None
+
+
+def seqs_with_id(conn: Connection, session_pk: int, entry_id: str) -> list[int]:
+    """The entry rows whose id is the string ``entry_id``, last first. The stored form of an id
+    with a lone surrogate or NUL is also that of one spelling the escape: such rows are checked
+    on their line."""
     stored = db_text(entry_id)
-    stmt = (select(entries.c.seq)
-            .where(entries.c.session_pk == session_pk, entries.c.entry_id == stored, entries.c.kind == "entry")
-            .order_by(entries.c.seq.desc()))
+    seqs = list(conn.execute(
+        select(entries.c.seq)
+        .where(entries.c.session_pk == session_pk, entries.c.entry_id == stored, entries.c.kind == "entry")
+        .order_by(entries.c.seq.desc())
+    ).scalars())
     if not may_be_escaped(stored):
-        return conn.execute(stmt.limit(1)).scalar()
-    # the stored form of an id with a lone surrogate or NUL is also that of one spelling the escape
-    seqs = list(conn.execute(stmt).scalars())
+        return seqs
     lines = lines_at(conn, session_pk, seqs)
-    return next((seq for seq in seqs if prop(js_parse(lines[seq]), "id") == entry_id), None)
+    return [seq for seq in seqs if prop(js_parse(lines[seq]), "id") == entry_id]
 
 
 TREE_COLUMNS = (
