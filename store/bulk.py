@@ -144,6 +144,7 @@ class SessionWriter:
         self._copy: Any = None
         # appends: the turns of the rows, and the run of the last entry or value row among them (the leaf)
         self._turns = current_path.PathTurns() if first_seq else None
+        self._stored_others: _StoredOthers | None = None  # appends: the stored rows' non-string ids, read once
         self._leaf_run: tuple[int | None] | None = None
 
     def __enter__(self) -> SessionWriter:
@@ -275,8 +276,9 @@ class SessionWriter:
         by_text = {db_text(entry_id): entry_id for entry_id in strings}
         found = [(by_text[text_id], cells) for texts in _chunks(list(by_text))
                  for text_id, *cells in self.conn.execute(with_id, {"ids": texts})]
-        found += [(key, (row[0], *row[2:])) for _seq, key, row in queries.rows_keyed(self.conn, self.session_pk, "id",
-                                                                             others, below=self.first_seq)]
+        stored_others = self._stored_non_string_ids() if others else None
+        if stored_others is not None:
+            found += [(key, stored_others.last[key]) for key in others if key in stored_others.last]
         for entry_id, (seq, *cells) in found:
             if seq > stored.ids[entry_id]:  # Pi's lookup: the last row with the id
                 stored.ids[entry_id] = seq
@@ -288,8 +290,30 @@ class SessionWriter:
         for texts in _chunks([db_text(entry_id) for entry_id in strings]):
             for (text_id,) in self.conn.execute(naming, {"ids": texts}):
                 tree.late_ids.add(by_text[text_id])
-        naming_others = queries.rows_keyed(self.conn, self.session_pk, "parentId", others, below=self.first_seq)
-        tree.late_ids.update(key for _seq, key, _row in naming_others)
+        if others:
+            tree.late_ids.update(others & self._stored_non_string_ids().named)
+
+    def _stored_non_string_ids(self) -> _StoredOthers:
+        """The stored rows' ids and parent ids that are not strings (files no Pi wrote), read once
+        per import: a chunk of appended rows looks them up in memory, not on every row's line."""
+        if self._stored_others is None:
+            found = _StoredOthers()
+            for seq, key, row in queries.rows_keyed(self.conn, self.session_pk, "id", None, below=self.first_seq):
+                found.last[key] = (seq, *row[2:])  # in seq order: the last row with the id wins
+            found.named = {key for _seq, key, _row in queries.rows_keyed(self.conn, self.session_pk, "parentId",
+                                                                         None, below=self.first_seq)}
+            self._stored_others = found
+        return self._stored_others
+
+
+@dataclass(slots=True)
+class _StoredOthers:
+    """:meth:`SessionWriter._stored_non_string_ids`: per id, the columns of its last stored row
+    (``seq``, ``depth``, ``run_start``, ``compaction_seq``, ``thinking_seq``, ``model_seq``); the
+    ids that stored rows name as their parent."""
+
+    last: dict[IdKey, tuple] = field(default_factory=dict)
+    named: set[IdKey] = field(default_factory=set)
 
 
 def rows_naming(conn: Connection, session_pk: int, ids: Iterable[IdKey]) -> Iterator[tuple[int, IdKey, int | None]]:

@@ -248,15 +248,16 @@ def session_count(conn: Connection) -> int:
     return conn.execute(select(func.count()).select_from(sessions)).scalar_one()
 
 
-def rows_keyed(conn: Connection, session_pk: int, field: str, keys: set[IdKey], *,
+def rows_keyed(conn: Connection, session_pk: int, field: str, keys: set[IdKey] | None, *,
                below: int | None = None) -> Iterator[tuple[int, IdKey, tuple]]:
-    """``(seq, key, row)`` of the entry rows (before row ``below``) whose ``field`` (``id`` or
-    ``parentId``) is a non-string id among ``keys`` (numbers, ``true``); ``row``: its ``seq``,
+    """``(seq, key, row)`` of the entry rows (before row ``below``), in order, whose ``field``
+    (``id`` or ``parentId``) is a non-string id (numbers, ``true``) among ``keys`` (None: any
+    such id); ``row``: its ``seq``,
     ``parent_seq``, ``depth``, ``run_start``, ``compaction_seq``, ``thinking_seq``, ``model_seq``.
 
     ``entry_id`` and ``parent_id`` hold string ids only, so the rows where the column is NULL are
     read and their lines parsed: a slow path for files that no Pi writes."""
-    if not keys:
+    if keys is not None and not keys:
         return
     c = entries.c
     column = c.entry_id if field == "id" else c.parent_id
@@ -266,5 +267,5 @@ def rows_keyed(conn: Connection, session_pk: int, field: str, keys: set[IdKey], 
         stmt = stmt.where(c.seq < below)
     for line, *cells in conn.execute(stmt.order_by(c.seq)):
         key = id_key(prop(js_parse(line), field))
-        if key in keys:
+        if key is not None and key.__class__ is not str and (keys is None or key in keys):
             yield cells[0], key, tuple(cells)
