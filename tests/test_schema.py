@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from store.analysis import include_name
-from store.db import queries
+from store.db import queries, session_times
 from store.db.engine import alembic_config, head_revision, make_engine, read_transaction, stored_revision
 from store.db.schema import metadata
 from store.errors import StoreError
@@ -243,6 +243,39 @@ def test_kept_totals_migration_with_data(db_url: str) -> None:
         command.upgrade(config, "head")
         with read_transaction(store.engine) as conn:
             assert [conn.execute(query).all() for query in (totals, paths, off_path, activity)] == kept
+
+
+def test_date_fallback_migration_with_data(db_url: str) -> None:
+    """0017 recomputes the times of sessions whose timestamps are not in Pi's shape (read as no
+    date before V8's fallback formats were): stale values come back right, and a store of
+    Pi-written files is left alone."""
+    times = text("SELECT pk, created_ms, activity_ms, modified_ms FROM sessions ORDER BY pk")
+    calls = text("SELECT session_pk, call_seq, call_ms, duration_ms FROM tool_call_pairs ORDER BY session_pk, call_seq")
+    crafted = FIXTURES / "crafted" / "legacy-date-timestamps.jsonl"
+    with SessionStore.connect(db_url) as store:
+        for path in [*sorted((FIXTURES / "sessions").glob("*.jsonl"))[:20], crafted]:
+            try:
+                store.import_file(path)
+            except StoreError:  # files sharing a session id: the first one stays
+                continue
+        with read_transaction(store.engine) as conn:
+            kept = conn.execute(times).all(), conn.execute(calls).all()
+            odd = session_times.odd_sessions(conn)
+            legacy_pk = conn.execute(text("SELECT pk FROM sessions WHERE session_id = 'crafted-legacy-date-timestamps'")
+                                     ).scalar_one()
+        assert legacy_pk in odd and len(odd) < 5  # the generated files hold a few bad timestamps, no more
+        assert next(row for row in kept[1] if row.session_pk == legacy_pk).duration_ms == 2000
+        with store.engine.begin() as conn:  # what revision 0016's reading had stored for them
+            for pk in odd:
+                conn.execute(text("UPDATE sessions SET created_ms = NULL, activity_ms = NULL, modified_ms = 1 "
+                                  "WHERE pk = :pk"), {"pk": pk})
+                conn.execute(text("UPDATE tool_call_pairs SET call_ms = NULL, duration_ms = NULL "
+                                  "WHERE session_pk = :pk"), {"pk": pk})
+        config = alembic_config(store.engine)
+        command.downgrade(config, "0016")
+        command.upgrade(config, "head")
+        with read_transaction(store.engine) as conn:
+            assert (conn.execute(times).all(), conn.execute(calls).all()) == kept
 
 
 def test_an_interrupt_during_a_migration_stays_an_interrupt(tmp_path) -> None:

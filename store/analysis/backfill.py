@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 
 from store.analysis import activity_days, fts, pairs
 from store.analysis.extract import ANALYSIS_COLUMNS, NO_ANALYSIS, analysis_values
-from store.db import current_path
+from store.db import current_path, session_times
 from store.db.engine import is_sqlite
 from store.db.writes import dbapi_sql
 from store.format import JsonLineError, js_parse
@@ -25,7 +25,9 @@ _SELECT = "SELECT pk, line FROM entries WHERE kind = 'entry' AND pk > ? ORDER BY
 def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUMNS, *, tool_calls: bool = True,
                        usage: bool = True) -> int:
     """Recompute every entry's analysis columns, the search index, (``tool_calls``) the
-    tool-call pairs and (``usage``) the totals kept per day and path; returns the number of entry rows.
+    tool-call pairs and (``usage``) the totals kept per day and path and the times of sessions
+    with timestamps in other shapes than Pi's (``store.db.session_times``); returns the number of
+    entry rows.
     ``columns`` / ``tool_calls`` / ``usage``: what to write (a migration names what exists at its
     revision, so that what later revisions add does not break its upgrade)."""
     fts.clear(conn)  # SQLite: nothing is indexed while the text changes (no per-row index work)
@@ -50,6 +52,7 @@ def recompute_analysis(conn: Connection, columns: Sequence[str] = ANALYSIS_COLUM
     if usage:  # (revisions 0011 and 0012)
         activity_days.rebuild(conn)
         current_path.refresh_all(conn)
+        session_times.refresh_odd_sessions(conn)
     return count
 
 

@@ -221,11 +221,11 @@ def _breakdown(session: str | None, by: str, since: str | None, until: str | Non
 
 def _iso(value: str | None, option: str) -> str | None:
     """A date or time as the ISO text Pi writes (``2026-01-31T00:00:00.000Z``), for comparing timestamps."""
-    from store.format.jsdate import js_iso, parse_js_date
+    from store.format.jsdate import js_iso, parse_iso_date
 
     if value is None:
         return None
-    ms = parse_js_date(value)
+    ms = parse_iso_date(value)
     if ms is None:
         raise click.BadParameter(f"not a date: {value!r}", param_hint=option)
     return js_iso(ms)

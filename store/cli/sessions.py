@@ -9,7 +9,7 @@ import click
 from store.analysis.listing import SORTS
 from store.cli.app import MAX_LIMIT, current_store, emit, main
 from store.cli.output import Column, console, format_options, plural, resolve, write_rows
-from store.format.jsdate import parse_js_date
+from store.format.jsdate import parse_iso_date
 
 
 @main.command("list")
@@ -68,7 +68,7 @@ def _list_line(row: dict) -> str:
 def _date_ms(value: str | None, option: str) -> int | None:
     if value is None:
         return None
-    ms = parse_js_date(value)
+    ms = parse_iso_date(value)
     if ms is None:
         raise click.BadParameter(f"not a date: {value!r}", param_hint=option)
     return int(ms)

@@ -10,31 +10,31 @@ forms are UTC), and the reference oracle runs with ``TZ=UTC``, so both are read 
 import re
 from typing import Any
 
+from store.format.datestring import DateFields, read_date_string
 from store.format.jsjson import js_string
 
-__all__ = ["js_iso", "parse_js_date"]
+__all__ = ["js_iso", "parse_iso_date", "parse_js_date"]
 
 _MS_PER_DAY = 86_400_000
 _MAX_TIME = 8.64e15  # the Date range: 100,000,000 days either side of the epoch
 
-# The ECMAScript Date Time String Format as V8 reads it (T and Z in either case, fractions of
-# any length truncated to milliseconds), plus two variants V8's fallback parser accepts with
-# the same meaning: a space instead of the T (years 100 and later: the fallback reads years
-# 0-99 as 1950-2049) and an offset without the colon (+0100).  Anything else gives NaN here,
-# although V8's fallback accepts more ("Feb 1 2025", "2025/02/01", offsets beyond 23:59 after a
-# space...).
-_DATE_TIME = re.compile(
+# The ECMAScript Date Time String Format, the form every Pi timestamp has: read here directly
+# (fractions of up to nine digits truncated to milliseconds, T and Z in either case, offsets with
+# or without the colon).  Any other text goes through V8's whole reader (store.format.datestring),
+# which gives the same fields for these strings and also reads its fallback forms.
+_ISO = re.compile(
     r"""
     (?P<year>[+-][0-9]{6}|[0-9]{4})
-    (?:-(?P<month>[0-9]{2})(?:-(?P<day>[0-9]{2}))?)?
-    (?:(?P<separator>[Tt ])
-        (?P<hour>[0-9]{2}):(?P<minute>[0-9]{2})
-        (?::(?P<second>[0-9]{2})(?:\.(?P<fraction>[0-9]+))?)?
-        (?:[Zz]|(?P<sign>[+-])(?P<off_hour>[0-9]{2}):?(?P<off_minute>[0-9]{2}))?
+    (?:-(?P<month>0[1-9]|1[0-2])(?:-(?P<day>0[1-9]|[12][0-9]|3[01]))?)?
+    (?:[Tt]
+        (?P<hour>[0-9]{2}):(?P<minute>[0-5][0-9])
+        (?::(?P<second>[0-5][0-9])(?:\.(?P<fraction>[0-9]{1,9}))?)?
+        (?P<zone>[Zz]|(?P<sign>[+-])(?P<off_hour>[01][0-9]|2[0-3]):?(?P<off_minute>[0-5][0-9]))?
     )?
     """,
     re.VERBOSE,
 )
+_MAX_YEAR = 1_000_000  # V8's MakeDay gives NaN for years beyond this either side
 
 
 def _days_from_civil(year: int, month: int, day: int) -> int:
@@ -76,38 +76,54 @@ def storable_ms(ms: float) -> int:
     return int(ms)
 
 
+def _iso_time(match: re.Match[str]) -> float | None:
+    """The time value of an ISO date-time string; None where V8 rejects it (an hour past 24)."""
+    year, month, day, hour, minute, second, fraction, _, sign, off_hour, off_minute = match.groups()
+    hours, minutes, seconds = int(hour or 0), int(minute or 0), int(second or 0)
+    fraction = fraction or "0"
+    if hours > 24 or (hours == 24 and (minutes or seconds or int(fraction))):
+        return None
+    offset = 0 if sign is None else (int(off_hour) * 60 + int(off_minute)) * (60_000 if sign == "+" else -60_000)
+    return _time_value(int(year), int(month or 1), int(day or 1),
+                       ((hours * 60 + minutes) * 60 + seconds) * 1000 + int(fraction[:3].ljust(3, "0")) - offset)
+
+
+def _time_value(year: int, month: int, day: int, milliseconds: int) -> float | None:
+    """MakeDate(MakeDay(year, month, day), milliseconds) through TimeClip; None for NaN."""
+    if abs(year) > _MAX_YEAR:
+        return None
+    return _time_clip(_days_from_civil(year, month, day) * _MS_PER_DAY + milliseconds)
+
+
 def _parse_string(text: str) -> float | None:
-    match = _DATE_TIME.fullmatch(text)
+    match = _ISO.fullmatch(text)
+    if match is not None and match["year"] != "-000000":
+        return _iso_time(match)
+    fields = read_date_string(text)
+    return None if fields is None else fields_time(fields)
+
+
+def fields_time(fields: DateFields) -> float | None:
+    """The time value of date-string fields (local time is UTC); None where V8 gives NaN."""
+    clock = ((fields.hour * 60 + fields.minute) * 60 + fields.second) * 1000 + fields.millisecond
+    return _time_value(fields.year, fields.month, fields.day, clock - (fields.offset_seconds or 0) * 1000)
+
+
+def parse_iso_date(text: str) -> float | None:
+    """The time value of a date typed by a person: the ISO format only (``2026-01-31``,
+    ``2026-01-31T09:00Z``, a space for the T), None for anything else — unlike ``new Date``,
+    which would take ``"5"`` for 1 May 2001.  Local time is UTC, as everywhere here."""
+    match = _ISO.fullmatch(text) or _ISO.fullmatch(text.replace(" ", "T", 1))
     if match is None or match["year"] == "-000000":
         return None
-    year = int(match["year"])
-    if match["separator"] == " " and 0 <= year < 100:
-        return None
-    month = int(match["month"] or 1)
-    day = int(match["day"] or 1)
-    hour = int(match["hour"] or 0)
-    minute = int(match["minute"] or 0)
-    second = int(match["second"] or 0)
-    millis = int((match["fraction"] or "0")[:3].ljust(3, "0"))
-    if not (1 <= month <= 12 and 1 <= day <= 31 and minute <= 59 and second <= 59):
-        return None  # V8 checks the day against 31 only: "2025-02-30" is March 2nd
-    if hour > 24 or (hour == 24 and (minute or second or millis)):
-        return None
-    offset = 0
-    if match["sign"]:
-        off_hour, off_minute = int(match["off_hour"]), int(match["off_minute"])
-        if off_hour > 23 or off_minute > 59:
-            return None
-        offset = (off_hour * 60 + off_minute) * 60_000 * (1 if match["sign"] == "+" else -1)
-    days = _days_from_civil(year, month, day)
-    return _time_clip(days * _MS_PER_DAY + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset)
+    return _iso_time(match)
 
 
 def parse_js_date(value: Any) -> float | None:
     """``new Date(value).getTime()`` for a JSON value; None where JavaScript gives NaN.
 
     Numbers are clipped to the Date range and truncated; null is the epoch, booleans 0/1;
-    strings are read as described in the module docstring; arrays go through their string
+    strings are read as V8 reads them (:mod:`store.format.datestring`); arrays go through their string
     form (``["2025-02-01"]`` is a date) and objects are NaN.  An absent value (``undefined``)
     is NaN in JavaScript: callers handle absence themselves.
     """

@@ -172,6 +172,8 @@ def test_cli_pages(store: SessionStore, db_url: str) -> None:
     shown = cli("--limit", "3")
     assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 3 and "--cursor" in shown.stderr
     assert cli("--since", "not a date").returncode == 2
+    assert cli("--since", "5").returncode == 2  # new Date("5") is 1 May 2001: typed dates are ISO only
+    assert cli("--since", "2000-01-01 00:00", "--json").returncode == 0
 
 
 @pytest.mark.sync_api_only("the CLI is the subject")

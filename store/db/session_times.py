@@ -1,0 +1,68 @@
+"""A session's times recomputed from its stored lines: ``sessions.created_ms`` / ``activity_ms`` /
+``modified_ms`` and the tool-call pairs' ``call_ms`` / ``duration_ms``.
+
+Writers keep these as rows are written, with what ``new Date(text)`` makes of each timestamp at
+that moment (``store.format.jsdate``). When that reading changes (revision 0017: V8's fallback
+formats such as ``"Feb 1 2025"``, once read as no date at all), :func:`refresh_odd_sessions`
+recomputes them for the sessions that hold a timestamp in any other shape than the one Pi writes
+(``2025-02-01T09:00:00.000Z``); a store of Pi-written files has none, and pays one scan.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select
+
+from store.analysis import pairs
+from store.db.engine import is_sqlite
+from store.db.schema import entries, sessions
+from store.format import js_parse
+from store.format.jsdate import parse_js_date, storable_ms
+from store.format.jsvalue import UNDEFINED
+from store.listing import ListingState
+from store.loading import HEADER
+
+# Timestamps in exactly the shape Pi writes: every reading of them agrees.
+_D = "[0-9]"
+_PI_SHAPE_SQLITE = f"timestamp GLOB '{_D * 4}-{_D * 2}-{_D * 2}T{_D * 2}:{_D * 2}:{_D * 2}.{_D * 3}Z'"
+_PI_SHAPE_POSTGRESQL = r"timestamp ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$'"
+
+
+def odd_sessions(conn: Connection) -> list[int]:
+    """Keys of the sessions with a string timestamp (header or entry) not in Pi's own shape."""
+    shape = _PI_SHAPE_SQLITE if is_sqlite(conn) else _PI_SHAPE_POSTGRESQL
+    return [pk for (pk,) in conn.exec_driver_sql(
+        f"SELECT DISTINCT session_pk FROM entries WHERE timestamp IS NOT NULL AND NOT ({shape}) ORDER BY session_pk")]
+
+
+def refresh(conn: Connection, session_pk: int) -> None:
+    """Recompute one session's times from its header and message lines (Pi's list rules) and pair
+    its tool calls again (inside the caller's transaction)."""
+    c = entries.c
+    listing = ListingState()
+    for kind, line in conn.execute(
+        select(c.kind, c.line).where(c.session_pk == session_pk, (c.kind == HEADER) | (c.type == "message"))
+        .order_by(c.seq)
+    ):
+        value = js_parse(line)
+        if kind == HEADER:
+            listing.header = value
+        else:
+            listing.add(value)
+    mtime_ms = conn.execute(select(sessions.c.source_mtime_ms).where(sessions.c.pk == session_pk)).scalar_one()
+    timestamp = UNDEFINED if listing.header is None else listing.header.get("timestamp", UNDEFINED)
+    created = None if timestamp is UNDEFINED else parse_js_date(timestamp)
+    modified = listing.modified_ms(mtime_ms)
+    conn.execute(sessions.update().where(sessions.c.pk == session_pk).values(
+        created_ms=None if created is None else storable_ms(created),
+        activity_ms=None if listing.last_activity_ms is None else storable_ms(listing.last_activity_ms),
+        modified_ms=None if modified is None else storable_ms(modified),
+    ))
+    pairs.rebuild_session(conn, session_pk)
+
+
+def refresh_odd_sessions(conn: Connection) -> int:
+    """:func:`refresh` every session :func:`odd_sessions` finds; returns how many."""
+    found = odd_sessions(conn)
+    for session_pk in found:
+        refresh(conn, session_pk)
+    return len(found)
