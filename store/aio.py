@@ -183,9 +183,10 @@ class AsyncSessionStore:
     async def delete(self, session_ids: str | Iterable[str], **options: Any) -> DeleteReport:
         return await _run(self.sync.delete, session_ids, **options)
 
-    async def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True) -> PruneReport:
+    async def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True,
+                    force: bool = False) -> PruneReport:
         """``SessionStore.prune`` (a dry run unless ``apply``; an applied prune on SQLite ends with VACUUM)."""
-        return await _run(self.sync.prune, policy, apply, vacuum=vacuum)
+        return await _run(self.sync.prune, policy, apply, vacuum=vacuum, force=force)
 
     # ------------------------------------------------------------------ claims
     async def claim(self, session_id: str, owner: str, ttl_ms: int | None = 60_000, *, force: bool = False) -> Claim:

@@ -75,6 +75,14 @@ def check_write(locked: LockedSession | None, *, session_id: str, expected_versi
         raise SessionChanged(session_id, expected_version, locked.row_version)
 
 
+def live_claim(owner: str | None, token: int, expires_ms: int | None, now_ms: float) -> str | None:
+    """How a session's live claim reads in a refusal (``claimed by 'host-a' (token 3, until …)``);
+    None when it has none (never claimed, released, or expired at ``now_ms``)."""
+    if owner is None or (expires_ms is not None and expires_ms <= now_ms):
+        return None
+    return f"claimed by {owner!r} (token {token}{_until(expires_ms)})"
+
+
 def _until(expires_ms: int | None) -> str:
     return "" if expires_ms is None else f", until {js_iso(expires_ms)}"
 

@@ -7,6 +7,12 @@ PostgreSQL GIN index follows the table), their ``sessions`` row and, by cascade,
 from those rows, so nothing else needs writing. Unknown ids abort the whole call (nothing is
 deleted) unless ``ignore_missing``.
 
+**Claims.** Both are writers without a claim (``store.ownership``): a session that a writer
+holds a live claim on is not theirs to change. ``delete`` naming one raises ``SessionClaimed``
+and deletes nothing; ``prune`` keeps it whole and lists it (``PruneReport.claimed``). ``force``
+overrides both (a host that died without releasing a claim with no expiry); the claim's holder
+then finds its session changed or gone at its next write, as after any other writer's change.
+
 **Prune** trims old abandoned branches. Sessions modified at or after the cutoff D, and the
 latest N sessions of each working directory, are kept whole. In the others it keeps
 
@@ -50,12 +56,13 @@ from store.db.schema import entries, sessions
 from store.db.schema import session_ids as directory
 from store.db.stored_text import db_text
 from store.db.writes import dbapi_sql
-from store.errors import SessionNotFound, StoreError
+from store.errors import SessionClaimed, SessionNotFound, StoreError
 from store.format import js_parse
 from store.format.jsdate import parse_js_date
 from store.format.jsvalue import prop, truthy
 from store.listing import ListingState
 from store.loading import ENTRY, EXTRA_HEADER, HEADER, VALUE
+from store.ownership import live_claim
 from store.tree_columns import NONE, TREE, IdKey, StoredTree, id_key, setting_flags
 
 _IN_LIST = 500
@@ -180,6 +187,7 @@ class PruneReport:
     kept_whole: int = 0
     trimmed: list[SessionPrune] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)  # kept whole: a writer holds a live claim on them
     deleted_removed: Removed = field(default_factory=Removed)
     vacuum: Vacuum | None = None
 
@@ -198,14 +206,15 @@ class PruneReport:
             "sessionsSeen": self.sessions_seen, "keptWhole": self.kept_whole,
             "trimmed": [item.to_json() for item in self.trimmed],
             "deleted": {"sessionIds": self.deleted, **self.deleted_removed.to_json()},
+            "claimed": self.claimed,
             "total": self.removed.to_json(),
             "vacuum": self.vacuum.to_json() if self.vacuum else None,
         }
 
 
 # ------------------------------------------------------------------------------------- delete
-def delete_sessions(engine: Engine, session_ids: str | Iterable[str], *, dry_run: bool = False,
-                    ignore_missing: bool = False) -> DeleteReport:
+def delete_sessions(engine: Engine, session_ids: str | Iterable[str], *, now_ms: float, dry_run: bool = False,
+                    ignore_missing: bool = False, force: bool = False) -> DeleteReport:
     """Delete sessions (one id or many) in one transaction; see the module docstring."""
     wanted = list(dict.fromkeys([session_ids] if isinstance(session_ids, str) else session_ids))
     transaction = read_transaction if dry_run else write_transaction
@@ -215,6 +224,10 @@ def delete_sessions(engine: Engine, session_ids: str | Iterable[str], *, dry_run
         if missing and not ignore_missing:
             raise SessionNotFound(f"no session {', '.join(repr(m) for m in missing)} in the store: nothing deleted"
                                   + (" (--ignore-missing deletes the others)" if len(missing) < len(wanted) else ""))
+        claimed = {} if force else _live_claims(conn, found, now_ms)
+        if claimed:
+            raise SessionClaimed("; ".join(f"session {session_id} is {claim}" for session_id, claim in claimed.items())
+                                 + ": nothing deleted (--force deletes sessions that writers hold)")
         pks = list(found.values())
         removed = _measure(conn, "session_pk", pks)
         if not dry_run:
@@ -235,6 +248,20 @@ def _session_pks(conn: Connection, session_ids: list[str], *, lock: bool) -> dic
         held = _lock_sessions(conn, list(found.values()))
         found = {session_id: pk for session_id, pk in found.items() if pk in held}  # (deleted meanwhile)
     return found
+
+
+def _live_claims(conn: Connection, found: dict[str, int], now_ms: float) -> dict[str, str]:
+    """The sessions among ``found`` (id -> key) that a writer holds a live claim on, described
+    (read after their rows are locked: a claim cannot be taken meanwhile)."""
+    s = sessions.c
+    stmt = select(s.pk, s.claim_owner, s.claim_token, s.claim_expires_ms).where(
+        s.pk.in_(bindparam("pks", expanding=True)), s.claim_owner.is_not(None))
+    held: dict[int, str] = {}
+    for chunk in _chunks(list(found.values())):
+        for row in conn.execute(stmt, {"pks": chunk}):
+            if (claim := live_claim(row.claim_owner, row.claim_token, row.claim_expires_ms, now_ms)) is not None:
+                held[row.pk] = claim
+    return {session_id: held[pk] for session_id, pk in found.items() if pk in held}
 
 
 def _lock_sessions(conn: Connection, pks: list[int]) -> set[int]:
@@ -288,8 +315,9 @@ class _Plan:
 
 
 def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool = False,
-          vacuum: bool = True) -> PruneReport:
-    """Apply ``policy`` (``apply``) or report what it would remove; see the module docstring."""
+          vacuum: bool = True, force: bool = False) -> PruneReport:
+    """Apply ``policy`` (``apply``) or report what it would remove; see the module docstring.
+    Sessions a writer holds a live claim on are kept whole and listed (``claimed``) unless ``force``."""
     cutoff = int(now_ms) - policy.older_than_ms
     report = PruneReport(applied=apply, policy=policy, cutoff_ms=cutoff)
     transaction = write_transaction if apply else read_transaction
@@ -297,6 +325,8 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
         candidates = _candidates(conn, policy, cutoff, report)
         if apply and not is_sqlite(conn) and candidates:  # SQLite: BEGIN IMMEDIATE holds the write lock
             candidates = _locked_candidates(conn, policy, cutoff, candidates, report)
+        if not force:
+            candidates = _unclaimed(candidates, now_ms, report)
         if policy.delete_sessions:
             found = {row.session_id: row.pk for row in candidates}
             report.deleted = list(found)
@@ -331,11 +361,23 @@ def _locked_candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, c
     return [row for row in again if row.pk in locked]
 
 
+def _unclaimed(candidates: list, now_ms: float, report: PruneReport) -> list:
+    """The candidates no writer holds a live claim on; the others are kept whole and listed."""
+    out = []
+    for row in candidates:
+        if live_claim(row.claim_owner, row.claim_token, row.claim_expires_ms, now_ms) is None:
+            out.append(row)
+        else:
+            report.claimed.append(row.session_id)
+            report.kept_whole += 1
+    return out
+
+
 def _candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, report: PruneReport) -> list:
     """Sessions not kept whole: modified before the cutoff and not among the latest of their cwd."""
     s = sessions.c
     stmt = (select(s.pk, s.session_id, s.cwd, s.modified_ms, s.pi_valid, s.leaf_seq, s.last_seq, s.source_sha256,
-                   s.diverged_seq, s.source_mtime_ms)
+                   s.diverged_seq, s.source_mtime_ms, s.claim_owner, s.claim_token, s.claim_expires_ms)
             .order_by(s.cwd, s.modified_ms.desc().nulls_last(), s.pk.desc()))
     rank: dict[str, int] = {}
     out = []

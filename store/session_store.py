@@ -315,21 +315,25 @@ class SessionStore:
 
     # ------------------------------------------------------------------ retention
     def delete(self, session_ids: str | Iterable[str], *, dry_run: bool = False,
-               ignore_missing: bool = False) -> DeleteReport:
+               ignore_missing: bool = False, force: bool = False) -> DeleteReport:
         """Delete one session or several in one transaction (``store.retention``). An unknown id
         raises ``SessionNotFound`` naming every unknown id and deletes nothing, unless
-        ``ignore_missing`` (then the report lists them)."""
+        ``ignore_missing`` (then the report lists them); a session a writer holds a live claim on
+        raises ``SessionClaimed`` and deletes nothing, unless ``force``."""
         from store.retention import delete_sessions
 
-        return delete_sessions(self.engine, session_ids, dry_run=dry_run, ignore_missing=ignore_missing)
+        return delete_sessions(self.engine, session_ids, now_ms=self.clock(), dry_run=dry_run,
+                               ignore_missing=ignore_missing, force=force)
 
-    def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True) -> PruneReport:
+    def prune(self, policy: RetentionPolicy, apply: bool = False, *, vacuum: bool = True,
+              force: bool = False) -> PruneReport:
         """Trim old abandoned branches (or, with ``policy.delete_sessions``, old sessions) by
-        ``policy``; a dry run unless ``apply``. SQLite files are compacted after an applied prune
-        unless ``vacuum`` is False (``store.retention``)."""
+        ``policy``; a dry run unless ``apply``. Sessions a writer holds a live claim on are kept
+        whole and listed in the report, unless ``force``. SQLite files are compacted after an
+        applied prune unless ``vacuum`` is False (``store.retention``)."""
         from store.retention import prune
 
-        return prune(self.engine, policy, now_ms=self.clock(), apply=apply, vacuum=vacuum)
+        return prune(self.engine, policy, now_ms=self.clock(), apply=apply, vacuum=vacuum, force=force)
 
 
 def _private_engine() -> Engine:

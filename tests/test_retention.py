@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from store.analysis import fts
 from store.db.engine import is_sqlite, read_transaction
-from store.errors import SessionNotFound
+from store.errors import SessionClaimed, SessionNotFound
 from store.interchange.verifying import verify_all, verify_session
 from store.retention import BadPolicy, RetentionPolicy, parse_duration
 from store.session_store import SessionStore
@@ -199,6 +199,47 @@ def test_delete_unknown_ids_abort_unless_ignored(store: SessionStore, tmp_path: 
     done = store.delete(["nope", "s1"], ignore_missing=True)
     assert (done.session_ids, done.missing, done.removed.rows) == (["s1"], ["nope"], ROWS)
     assert [info.id for info in store.list_all()] == ["s2"]
+
+
+def test_delete_refuses_a_session_a_writer_holds(store: SessionStore, tmp_path: Path, clock):
+    """A live claim keeps ``delete`` off the session (nothing deleted, the holder still writes);
+    an expired or released claim does not; ``force`` deletes it anyway."""
+    for session_id in ("held", "free", "lapsed"):
+        _import(store, tmp_path, session_id, "word", clock.now)
+    store.claim("held", "host-a", ttl_ms=None)
+    store.claim("lapsed", "host-b", ttl_ms=10)
+    clock.now += 1_000  # host-b's claim has expired
+    with pytest.raises(SessionClaimed) as refused:
+        store.delete(["free", "held"])
+    assert "session held is claimed by 'host-a' (token 1)" in str(refused.value)
+    assert "nothing deleted" in str(refused.value) and "host-b" not in str(refused.value)
+    with pytest.raises(SessionClaimed):
+        store.delete("held", dry_run=True)  # what the real run would do
+    assert {info.id for info in store.list_all()} == {"held", "free", "lapsed"}
+    holder = store.open("held")
+    holder.claim("host-a", ttl_ms=None, force=True)  # the holder's manager writes under the claim
+    holder.append_message({"role": "user", "content": "still mine", "timestamp": 1})
+
+    assert store.delete(["free", "lapsed"]).session_ids == ["free", "lapsed"]
+    assert store.delete("held", force=True).session_ids == ["held"]
+    assert store.list_all() == []
+
+
+def test_prune_keeps_claimed_sessions_whole(store: SessionStore, tmp_path: Path, clock):
+    now = clock.now
+    for session_id in ("held", "free"):
+        _import(store, tmp_path, session_id, "w", now - 90 * DAY_MS)
+    store.claim("held", "host-a", ttl_ms=60_000)
+    before = _export(store, "held")
+
+    report = store.prune(POLICY, apply=True)
+    assert [item.session_id for item in report.trimmed] == ["free"] and report.claimed == ["held"]
+    assert (report.sessions_seen, report.kept_whole) == (2, 1) and report.to_json()["claimed"] == ["held"]
+    assert _export(store, "held") == before
+    deleting = RetentionPolicy(POLICY.older_than_ms, delete_sessions=True)
+    assert store.prune(deleting, apply=True).deleted == ["free"]
+    assert store.prune(POLICY, apply=True, force=True).trimmed[0].session_id == "held"
+    assert all(health.ok for health in verify_all(store))
 
 
 # ------------------------------------------------------------------------------------- prune
@@ -403,6 +444,14 @@ def test_cli_mirrors_the_api(tmp_path: Path) -> None:
     assert (deleted["sessionIds"], deleted["missing"], deleted["rows"]) == (["c1"], ["zz"], KEPT)
     assert [s["id"] for s in json.loads(_cli(db, "list", "--json").stdout)] == ["c2"]
     assert _cli(db, "prune", "--older-than", "soon").returncode == 2
+
+    with SessionStore.connect(db) as writer:  # a live writer (claims are taken through the API)
+        writer.claim("c2", "host-a", ttl_ms=None)
+    held = _cli(db, "delete", "c2")
+    assert held.returncode == 1 and "claimed by 'host-a'" in held.stderr and "Traceback" not in held.stderr
+    kept = _cli(db, "prune", "--older-than", "0s", "--delete-sessions", "--apply")
+    assert kept.returncode == 0 and "c2  kept whole: a writer holds a claim" in kept.stdout
+    assert json.loads(_cli(db, "delete", "c2", "--force", "--json").stdout)["sessionIds"] == ["c2"]
 
 
 # ------------------------------------------------------------------------------------ oracle

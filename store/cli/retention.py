@@ -21,10 +21,14 @@ def _size(removed: Removed) -> str:
 @click.option("--ignore-missing", is_flag=True,
               help="Delete the sessions that exist even if some ids are unknown (default: an unknown id "
                    "aborts the command and nothing is deleted).")
+@click.option("--force", is_flag=True,
+              help="Delete sessions even while a writer holds a live claim on them (default: such a session "
+                   "aborts the command and nothing is deleted).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: bool, as_json: bool) -> None:
+def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: bool, force: bool, as_json: bool) -> None:
     """Delete whole sessions (their rows, index entries and import records) in one transaction."""
-    report = current_store(reading=dry_run).delete(list(sessions), dry_run=dry_run, ignore_missing=ignore_missing)
+    report = current_store(reading=dry_run).delete(list(sessions), dry_run=dry_run, ignore_missing=ignore_missing,
+                                                   force=force)
     if as_json:
         emit(report.to_json())
         return
@@ -44,9 +48,11 @@ def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: boo
                    "cwd, instead of trimming their old branches.")
 @click.option("--apply", is_flag=True, help="Write the changes (without it: a dry run that only reports).")
 @click.option("--no-vacuum", is_flag=True, help="SQLite: skip compacting the file after --apply.")
+@click.option("--force", is_flag=True,
+              help="Also trim or delete sessions a writer holds a live claim on (default: kept whole and listed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, apply: bool, no_vacuum: bool,
-                  as_json: bool) -> None:
+                  force: bool, as_json: bool) -> None:
     """Tree-aware retention: drop abandoned branches older than D, keeping what Pi opens.
 
     Kept in every session: the root-to-leaf path, labelled entries and their labels, entries at
@@ -56,7 +62,7 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
         policy = RetentionPolicy(parse_duration(older_than), keep_latest, delete_sessions)
     except BadPolicy as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from exc
-    report = current_store(reading=not apply).prune(policy, apply=apply, vacuum=not no_vacuum)
+    report = current_store(reading=not apply).prune(policy, apply=apply, vacuum=not no_vacuum, force=force)
     if as_json:
         emit(report.to_json())
         return
@@ -65,6 +71,8 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
         click.echo(f"{item.session_id}  {verb} {_size(item.removed)} of {plural(item.rows_before, 'row')}")
     for session_id in report.deleted:
         click.echo(f"{session_id}  {'deleted' if apply else 'would delete'}")
+    for session_id in report.claimed:
+        click.echo(f"{session_id}  kept whole: a writer holds a claim on it (--force includes it)")
     click.echo(f"{verb} {_size(report.removed)}: {plural(len(report.trimmed), 'session')} trimmed, "
                f"{len(report.deleted)} deleted, {report.kept_whole} of {report.sessions_seen} kept whole"
                + ("" if apply else " (dry run: --apply writes)"))
