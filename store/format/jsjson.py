@@ -10,6 +10,7 @@ keys to the front; ``js_stringify`` does that when writing), integer literals be
 import json
 import math
 import re
+from collections.abc import Iterator
 from json.decoder import scanstring
 from json.encoder import encode_basestring
 from typing import Any
@@ -242,6 +243,28 @@ def js_string(value: Any) -> str:
     Arrays join their elements with "," (null inside an array is empty), objects are
     ``"[object Object]"``, numbers use ``js_number``.
     """
+    if not isinstance(value, (list, tuple)):
+        return _scalar_string(value)
+    # arrays within arrays are joined with a stack of our own: a file can nest them far deeper
+    # than Python's recursion limit (Node joins 5,000 levels)
+    stack: list[tuple[Iterator[Any], list[str]]] = [(iter(value), [])]
+    while True:
+        items, parts = stack[-1]
+        for item in items:
+            if isinstance(item, (list, tuple)):
+                stack.append((iter(item), []))
+                break
+            parts.append("" if item is None else _scalar_string(item))
+        else:
+            joined = ",".join(parts)
+            stack.pop()
+            if not stack:
+                return joined
+            stack[-1][1].append(joined)
+
+
+def _scalar_string(value: Any) -> str:
+    """``String(value)`` for a JSON value that is not an array."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -250,8 +273,6 @@ def js_string(value: Any) -> str:
         return js_number(value)
     if isinstance(value, str):
         return value
-    if isinstance(value, (list, tuple)):
-        return ",".join("" if item is None else js_string(item) for item in value)
     return "[object Object]"
 
 

@@ -109,6 +109,18 @@ def test_the_iso_shortcut_agrees_with_the_whole_reader() -> None:
     assert checked >= 8
 
 
+def test_a_date_in_arrays_nested_past_pythons_recursion_limit() -> None:
+    """``new Date([[...["Feb 1 2025"]...]])`` joins the arrays: Node 22 does so 3,000 levels
+    deep (it throws a RangeError by 4,000); here no depth raises (a RecursionError did at 333)."""
+    value: object = "Feb 1 2025"
+    for _ in range(3000):
+        value = [value]
+    assert parse_js_date(value) == 1738368000000
+    for _ in range(100_000):
+        value = [value, "x"]  # "Feb 1 2025,x,x,...": a word after a number
+    assert parse_js_date(value) is None
+
+
 def test_a_typed_date_is_iso_only() -> None:
     assert parse_iso_date("2026-01-31") == 1769817600000
     assert parse_iso_date("2026-01-31 09:00") == parse_iso_date("2026-01-31T09:00Z") == 1769850000000
