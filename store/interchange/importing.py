@@ -21,8 +21,11 @@ changed is a conflict too — its new lines are never appended after the store's
 unchanged file is ``unchanged`` with a note that the store holds more. ``prefer`` resolves every
 conflict explicitly: ``"file"`` stores the file's content instead of the stored one (``replaced``;
 ``replace=True`` says the same), ``"store"`` keeps the stored history and leaves the file alone
-(``kept-store``): never a silent merge. Every import that changes a stored session's rows counts
-one more ``sessions.row_version``, so that managers open on it notice.
+(``kept-store``): never a silent merge. A session a writer holds a live claim on
+(``store.ownership``) is not changed by an import either: what would append, rebuild or
+replace it is a conflict that no ``prefer`` overrides (``"store"`` keeps it, as always).
+Every import that changes a stored session's rows counts one more ``sessions.row_version``, so
+that managers open on it notice.
 
 A file Pi would not open as a session — empty, binary, other JSON: its first JSON line is not a
 header ``{"type": "session", "id": <string>}`` — is ``not-session``: nothing is stored, unless
@@ -66,6 +69,7 @@ from store.interchange.reading import (
     sha256_of,
 )
 from store.loading import fallback_session_id, head_of, plan_v1_migration
+from store.ownership import live_claim
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
@@ -143,6 +147,7 @@ class _Plan:
     start: int = 0
     reason: str = ""  # of a conflict
     note: str | None = None  # for the report
+    claimed: bool = False  # a conflict with a writer's live claim (no ``prefer`` settles it)
 
 
 def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = False, replace: bool = False,
@@ -179,14 +184,14 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
         plan = plan_v1_migration(_lines(stream, size)) if head.needs_plan else None
         with write_transaction(store.engine) as conn:
             _lock(conn, path, session_id)
-            decided = _decide(conn, stream, size, source, session_id, prefer, head.header)
+            decided = _decide(conn, stream, size, source, session_id, prefer, head.header, store.clock())
             report = ImportReport(str(path), session_id, decided.status, size=size, note=decided.note)
             if head.header is None and report.note is None:
                 report.note = f"{path}: not a Pi session (Pi neither opens nor lists it); stored as asked"
             if decided.status == CONFLICT:
-                raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed "
-                                     "(--prefer file stores the file instead, --prefer store keeps the stored "
-                                     "history)", session_id)
+                raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed " + (
+                    "(import it again once the claim is released or expired)" if decided.claimed else
+                    "(--prefer file stores the file instead, --prefer store keeps the stored history)"), session_id)
             session = decided.session
             if decided.status in (UNCHANGED, KEPT_STORE):
                 assert session is not None
@@ -301,7 +306,7 @@ def _diverged_reason(session: Row) -> str:
 
 
 def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_id: str, prefer: str | None,
-            header: dict | None) -> _Plan:
+            header: dict | None, now_ms: float) -> _Plan:
     # locked as an API writer locks it, before anything is read or written: a writer's batch then
     # commits first (and this import sees its rows) or waits for the import (and is told the
     # session changed); and the locks are taken in the writers' order (no deadlock)
@@ -309,12 +314,19 @@ def _decide(conn: Connection, stream: BinaryIO, size: int, source: str, session_
     if session is None:
         return _Plan(IMPORTED)
     plan = _compare(conn, stream, size, source, session, header)
-    if plan.status != CONFLICT or prefer is None:
-        return plan
-    if prefer == "file":
-        return _Plan(REPLACED, session)
-    return _Plan(KEPT_STORE, session, note=f"kept the stored history of session {session_id}, the file is left "
-                                            f"as it is: {plan.reason}")
+    if plan.status == CONFLICT and prefer is not None:
+        plan = _Plan(REPLACED, session) if prefer == "file" else _Plan(
+            KEPT_STORE, session, note=f"kept the stored history of session {session_id}, the file is left as it "
+                                      f"is: {plan.reason}")
+    if plan.status in (APPENDED, REBUILT, REPLACED):  # a write: not while another writer holds a claim
+        claim = live_claim(session.claim_owner, session.claim_token, session.claim_expires_ms, now_ms)
+        if claim is not None and prefer == "store":
+            return _Plan(KEPT_STORE, session, note=f"kept the stored history of session {session_id}, the file "
+                                                   f"is left as it is: the session is {claim}")
+        if claim is not None:
+            return _Plan(CONFLICT, session, reason=f"it is {claim}, and while the claim lasts only its holder "
+                                                   "writes to it", claimed=True)
+    return plan
 
 
 def _compare(conn: Connection, stream: BinaryIO, size: int, source: str, session: Row, header: dict | None) -> _Plan:

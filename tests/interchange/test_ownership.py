@@ -115,6 +115,31 @@ def test_every_import_that_changes_a_session_counts_a_row_version(store: Session
         assert conn.execute(select(entries.c.entry_id).order_by(entries.c.seq)).scalars().all() == [SID, "dddddddd"]
 
 
+def test_an_import_leaves_a_session_a_writer_holds_alone(store: SessionStore, tmp_path: Path, clock) -> None:
+    """While a writer holds a live claim on the session, a grown, rebuilt or replacing file is a
+    conflict that no ``prefer`` settles (``"store"`` keeps the session, as always); once the claim
+    has expired the file's new lines come in."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(FILE)
+    import_file(store, path)
+    store.claim(SID, "host-a", ttl_ms=60_000)
+    before, version = table_rows(store), _session(store)["row_version"]
+    path.write_bytes(FILE + PI_APPENDS)
+    with pytest.raises(ImportConflict, match="is claimed by 'host-a'") as refused:
+        import_file(store, path)
+    assert "--prefer" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    with pytest.raises(ImportConflict, match="is claimed by 'host-a'"):
+        import_file(store, path, prefer="file")
+    kept = import_file(store, path, prefer="store")
+    assert kept.status == "kept-store" and "claimed by 'host-a'" in kept.note
+    [report] = store.import_path(path)  # what a sync reports
+    assert report.status == "conflict" and "claimed by 'host-a'" in report.error
+    assert (table_rows(store), _session(store)["row_version"]) == (before, version)
+    clock.now += 120_000  # the claim has expired: a takeover, or a file's lines, may come in
+    assert import_file(store, path).status == "appended"
+    assert b"".join(store.iter_export(SID)) == FILE + PI_APPENDS
+
+
 def test_cli_sync_conflict_then_prefer(diverged, db_url: str) -> None:
     _, path = diverged
     path.write_bytes(FILE + PI_APPENDS)
