@@ -7,11 +7,12 @@ node, and the replaced node is pushed once per entry carrying the id); children 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from store.format.jsdate import parse_js_date
+from store.format.jssort import v8_sort
 from store.format.jsvalue import UNDEFINED, map_key, prop, truthy
 
 
@@ -91,60 +92,6 @@ def _timestamp_compare(a: TreeNode, b: TreeNode) -> float | None:
     ta = parse_js_date(prop(a.entry, "timestamp"))
     tb = parse_js_date(prop(b.entry, "timestamp"))
     return None if ta is None or tb is None else ta - tb
-
-
-def v8_sort(items: list, compare: Callable[[Any, Any], float | None]) -> list:
-    """``Array.prototype.sort`` as V8 runs it for short arrays: one natural run, then binary
-    insertion. A comparison result of None is NaN (neither less nor greater nor equal).
-
-    For arrays of 64 or more items V8 merges runs; with consistent comparisons that equals any
-    stable sort, which we then use. Only 64+ siblings with invalid timestamps could differ.
-    """
-    n = len(items)
-    if n < 2:
-        return list(items)
-    keys_ok = all(compare(items[0], item) is not None for item in items)
-    if n >= 64 and keys_ok:
-        import functools
-
-        return sorted(items, key=functools.cmp_to_key(lambda a, b: _sign(compare(a, b))))
-    work = list(items)
-
-    def less(a: Any, b: Any) -> bool:
-        order = compare(a, b)
-        return order is not None and order < 0
-
-    def not_less(a: Any, b: Any) -> bool:  # order >= 0, false for NaN
-        order = compare(a, b)
-        return order is not None and order >= 0
-
-    run = 2
-    descending = less(work[1], work[0])
-    previous = work[1]
-    for index in range(2, n):
-        current = work[index]
-        if (not_less(current, previous)) if descending else less(current, previous):
-            break
-        previous = current
-        run += 1
-    if descending:
-        work[:run] = work[:run][::-1]
-    for start in range(run, n):
-        pivot = work[start]
-        left, right = 0, start
-        while left < right:
-            mid = left + ((right - left) >> 1)
-            if less(pivot, work[mid]):
-                right = mid
-            else:
-                left = mid + 1
-        work[left + 1:start + 1] = work[left:start]
-        work[left] = pivot
-    return work
-
-
-def _sign(order: float | None) -> int:
-    return 0 if not order else (-1 if order < 0 else 1)
 
 
 def flatten_tree(roots: list[TreeNode]) -> list[dict]:
