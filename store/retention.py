@@ -35,7 +35,8 @@ A pruned session imported from a file no longer holds the file's history: ``dive
 becomes the first removed row (if it was not set before, or was later); ``row_version`` grows so
 that open managers notice. With ``delete_sessions`` the sessions that would be trimmed are
 deleted whole instead. The whole prune is one transaction; on SQLite the file is then compacted
-(``VACUUM``, after a WAL checkpoint).
+(``VACUUM``, after a WAL checkpoint), unless another connection is reading it
+(:func:`compact_sqlite`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from store.ownership import live_claim
 from store.tree_columns import NONE, TREE, IdKey, StoredTree, id_key, setting_flags
 
 _IN_LIST = 500
+READER_WAIT_MS = 2_000  # how long compaction waits for another connection's reads to finish
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
 
@@ -165,15 +167,19 @@ class SessionPrune:
 
 @dataclass(slots=True)
 class Vacuum:
-    """The SQLite file before and after compaction (bytes: main file plus WAL)."""
+    """The SQLite file before and after compaction (bytes: main file plus WAL); ``skipped``: why
+    it was not compacted (another connection was reading it)."""
 
     bytes_before: int
     bytes_after: int
     seconds: float
+    skipped: str | None = None
 
     def to_json(self) -> dict:
-        return {"bytesBefore": self.bytes_before, "bytesAfter": self.bytes_after,
-                "seconds": round(self.seconds, 3)}
+        doc = {"bytesBefore": self.bytes_before, "bytesAfter": self.bytes_after, "seconds": round(self.seconds, 3)}
+        if self.skipped is not None:
+            doc["skipped"] = self.skipped
+        return doc
 
 
 @dataclass(slots=True)
@@ -544,16 +550,31 @@ def _refresh_session(conn: Connection, plan: _Plan, session, kept: list, new_seq
 
 
 # ------------------------------------------------------------------------------------- vacuum
-def compact_sqlite(engine: Engine) -> Vacuum:
+def compact_sqlite(engine: Engine, *, reader_wait_ms: int = READER_WAIT_MS) -> Vacuum:
     """Give the pages freed by deletes back to the file system: checkpoint the WAL into the
-    database and truncate it, ``VACUUM`` (rewrites the file without free pages), truncate again."""
+    database and truncate it, ``VACUUM`` (rewrites the file without free pages), truncate again.
+
+    While another connection reads (a viewer, a long query), the WAL cannot be truncated and a
+    ``VACUUM`` would only copy the whole database into the WAL — a bigger file, and two waits of
+    the full lock timeout for checkpoints that cannot finish. So the first checkpoint waits at
+    most ``reader_wait_ms`` for readers to finish; if one still reads, nothing is compacted and
+    ``skipped`` says why (the deleted rows are gone either way; their pages are reused)."""
     path = engine.url.database
     started = time.perf_counter()
     before = _file_bytes(path)
     pooled = engine.raw_connection()
     try:
         driver = pooled.dbapi_connection  # autocommit (isolation_level None): VACUUM needs no transaction
-        driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (timeout_ms,) = driver.execute("PRAGMA busy_timeout").fetchone()
+        driver.execute(f"PRAGMA busy_timeout = {int(reader_wait_ms)}")
+        try:
+            (busy, _, _) = driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            driver.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+        if busy:
+            return Vacuum(before, _file_bytes(path), time.perf_counter() - started,
+                          skipped="another connection was reading the database; compact it later: "
+                                  'sqlite3 "$(pi-store path)" VACUUM')
         driver.execute("VACUUM")
         driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

@@ -362,6 +362,27 @@ def test_prune_keeps_recent_and_latest_sessions_whole(store: SessionStore, tmp_p
     assert all(health.ok for health in verify_all(store))
 
 
+def test_compaction_after_a_prune_does_not_wait_for_a_reader(tmp_path: Path, clock) -> None:
+    """A connection in the middle of a read keeps the WAL from being truncated: the prune's
+    VACUUM is skipped after a short wait (it used to wait twice the lock timeout, 60 s, and leave
+    a bigger file: the whole database copied into the WAL), and the report says why."""
+    import sqlite3
+
+    from store.retention import compact_sqlite
+
+    with SessionStore.connect(f"sqlite:///{tmp_path / 'store.db'}", clock=clock) as store:
+        _import(store, tmp_path, "old", "w", clock.now - 90 * DAY_MS)
+        reader = sqlite3.connect(tmp_path / "store.db")
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM entries").fetchone()
+        report = store.prune(POLICY, apply=True)
+        assert report.trimmed and report.vacuum is not None and "another connection" in report.vacuum.skipped
+        assert report.vacuum.seconds < 15 and report.to_json()["vacuum"]["skipped"] == report.vacuum.skipped
+        reader.close()
+        done = compact_sqlite(store.engine)
+        assert done.skipped is None and done.bytes_after < done.bytes_before
+
+
 def _answer(text: str, ms: float) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p", "model": "m",
             "api": "x", "stopReason": "stop", "timestamp": int(ms)}

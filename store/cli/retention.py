@@ -76,6 +76,8 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
     click.echo(f"{verb} {_size(report.removed)}: {plural(len(report.trimmed), 'session')} trimmed, "
                f"{len(report.deleted)} deleted, {report.kept_whole} of {report.sessions_seen} kept whole"
                + ("" if apply else " (dry run: --apply writes)"))
-    if report.vacuum:
+    if report.vacuum and report.vacuum.skipped:
+        click.echo(f"vacuum: skipped: {report.vacuum.skipped}", err=True)
+    elif report.vacuum:
         click.echo(f"vacuum: {report.vacuum.bytes_before:,} -> {plural(report.vacuum.bytes_after, 'byte')} "
                    f"in {report.vacuum.seconds:.2f} s")
