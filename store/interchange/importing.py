@@ -84,11 +84,13 @@ _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
 
 class ImportConflict(SessionExists):
     """The file holds a session the store has, with content that neither equals nor extends
-    what is stored; nothing was changed."""
+    what is stored, or a writer holds a live claim on it (``claimed``: the import may pass once
+    the claim ends); nothing was changed."""
 
-    def __init__(self, message: str, session_id: str) -> None:
+    def __init__(self, message: str, session_id: str, *, claimed: bool = False) -> None:
         super().__init__(message)
         self.session_id = session_id
+        self.claimed = claimed
 
 
 @dataclass(slots=True)
@@ -191,7 +193,8 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             if decided.status == CONFLICT:
                 raise ImportConflict(f"{path}: session {session_id}: {decided.reason}; nothing was changed " + (
                     "(import it again once the claim is released or expired)" if decided.claimed else
-                    "(--prefer file stores the file instead, --prefer store keeps the stored history)"), session_id)
+                    "(--prefer file stores the file instead, --prefer store keeps the stored history)"), session_id,
+                    claimed=decided.claimed)
             session = decided.session
             if decided.status in (UNCHANGED, KEPT_STORE):
                 assert session is not None

@@ -134,8 +134,8 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
                 if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES or 0 < limit_ms <= waited_ms:
                     raise
                 attempt += 1
-    except ImportConflict as exc:
-        return ImportReport(str(path), exc.session_id, CONFLICT, error=str(exc))
+    except ImportConflict as exc:  # one with a writer's claim passes once the claim ends: watch retries it
+        return ImportReport(str(path), exc.session_id, CONFLICT, error=str(exc), retry=exc.claimed)
     except StrictRefusal as exc:
         return ImportReport(str(path), None, REFUSED, error=str(exc))
     except StoreError as exc:  # the file's transaction rolled back: report it and go on with the next file

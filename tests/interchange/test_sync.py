@@ -269,6 +269,35 @@ def test_watch_follows_a_live_folder(tmp_path: Path) -> None:
         assert b"".join(store.iter_export(session_id)) == b"".join(full)
 
 
+def test_watch_imports_a_claimed_sessions_lines_once_the_claim_ends(tmp_path: Path) -> None:
+    """A file that grew while a writer held a claim on its session is a conflict that may pass:
+    the watch looks at it again each round (it used to mark it seen until the file changed
+    again), tells it once, and appends the lines once the claim has expired."""
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    path = folder / "live.jsonl"
+    full = lines_of(FIXTURES["small-seed9-0"])
+    path.write_bytes(b"".join(full[:5]))
+    now = [1_767_225_600_000.0]
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}", clock=lambda: now[0]) as store:
+        session_id = import_file(store, path).session_id
+        store.claim(session_id, "host-a", ttl_ms=60_000)
+        path.write_bytes(b"".join(full))  # Pi appends lines while host-a holds the session
+        reports: list = []
+        rounds = [0]
+
+        def after_round() -> None:
+            rounds[0] += 1
+            if rounds[0] == 3:
+                now[0] += 120_000  # the claim expires
+
+        syncing.watch(store, tmp_path / "sessions", interval=0.01, on_report=reports.append,
+                      stop=lambda: rounds[0] >= 5, after_round=after_round)
+        assert [(r.status, r.retry) for r in reports] == [("conflict", True), ("appended", False)]
+        assert "claimed by 'host-a'" in reports[0].error
+        assert b"".join(store.iter_export(session_id)) == b"".join(full)
+
+
 def test_a_folder_that_disappears_while_it_is_walked_is_passed_over(tmp_path: Path) -> None:
     """sync --watch ended ("Error: No such file or directory") when a project folder was deleted
     while a round looked for session files: Path.rglob raises for a folder that vanishes."""
