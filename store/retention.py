@@ -329,10 +329,12 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
     transaction = write_transaction if apply else read_transaction
     with transaction(engine) as conn:
         candidates = _candidates(conn, policy, cutoff, report)
-        if apply and not is_sqlite(conn) and candidates:  # SQLite: BEGIN IMMEDIATE holds the write lock
-            candidates = _locked_candidates(conn, policy, cutoff, candidates, report)
         if not force:
             candidates = _unclaimed(candidates, now_ms, report)
+        if apply and not is_sqlite(conn) and candidates:  # SQLite: BEGIN IMMEDIATE holds the write lock
+            candidates = _locked_candidates(conn, policy, cutoff, candidates, report)
+            if not force:  # (a claim taken between the first look and the lock)
+                candidates = _unclaimed(candidates, now_ms, report)
         if policy.delete_sessions:
             found = {row.session_id: row.pk for row in candidates}
             report.deleted = list(found)
@@ -357,9 +359,10 @@ def prune(engine: Engine, policy: RetentionPolicy, *, now_ms: float, apply: bool
 def _locked_candidates(conn: Connection, policy: RetentionPolicy, cutoff: int, candidates: list,
                        report: PruneReport) -> list:
     """PostgreSQL: lock the rows of the sessions to trim — those alone, so that writers of the
-    sessions kept whole never wait, and in key order, as ``delete`` locks, so that the two cannot
-    deadlock — then choose again (``report`` counts that look): a session written to meanwhile
-    may be recent now; one that became a candidate meanwhile is not locked, and kept whole."""
+    sessions kept whole (claimed ones included) never wait, and in key order, as ``delete``
+    locks, so that the two cannot deadlock — then choose again (``report`` counts that look, and
+    keeps the claimed sessions the first look left out): a session written to meanwhile may be
+    recent now; one that became a candidate meanwhile is not locked, and kept whole."""
     locked = _lock_sessions(conn, [row.pk for row in candidates])
     report.sessions_seen = report.kept_whole = 0
     again = _candidates(conn, policy, cutoff, report)

@@ -136,6 +136,23 @@ def test_postgresql_prune_locks_only_the_sessions_it_trims(tmp_path: Path, clock
         assert report.kept_whole == 1
 
 
+def test_postgresql_prune_does_not_lock_a_claimed_session(tmp_path: Path, clock, monkeypatch) -> None:
+    """Claimed sessions are kept whole, so their holder's writes must not wait for the prune: it
+    locked every candidate before leaving the claimed ones out, and a holder's append in the
+    middle of a write made it fail on the lock timeout."""
+    monkeypatch.setenv("PI_STORE_LOCK_TIMEOUT", "1")
+    with scratch_pg_database("pi_store_prune_claim") as url, SessionStore.connect(url, clock=clock) as store:
+        for session_id in ("held", "free"):
+            _import(store, tmp_path, session_id, "okapi", clock.now - 90 * DAY_MS)
+        store.claim("held", "host-a", ttl_ms=None)
+        with store.engine.connect() as holder:  # the claim's holder in the middle of a write
+            holder.execute(text("SELECT 1 FROM sessions WHERE session_id = 'held' FOR UPDATE"))
+            report = store.prune(POLICY, apply=True)
+            holder.rollback()
+        assert [trim.session_id for trim in report.trimmed] == ["free"] and report.claimed == ["held"]
+        assert (report.sessions_seen, report.kept_whole) == (2, 1)
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["after-fts-sync", "before-fts-sync"])
 def test_delete_leaves_everything_derived_consistent(store: SessionStore, tmp_path: Path, clock, indexed: bool):
     now = clock.now
