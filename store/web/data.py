@@ -24,7 +24,7 @@ from store.db.engine import make_engine, read_transaction, sqlite_path
 from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
-from store.format.jsdate import parse_js_date
+from store.format.jsdate import parse_iso_date
 from store.format.jsvalue import map_key, truthy
 from store.gc_pause import gc_paused
 from store.services import CompactionSettings, jsonable
@@ -111,9 +111,10 @@ class ListQuery:
 
 
 def _date_ms(value: str | None, name: str) -> int | None:
+    """A date typed in the viewer: ISO only, as on the command line (``parse_iso_date``)."""
     if value is None:
         return None
-    ms = parse_js_date(value)
+    ms = parse_iso_date(value)
     if ms is None:
         raise BadRequest(f"{name} is not a date: {value!r}")
     return int(ms)

@@ -51,6 +51,7 @@ def test_the_pages_next_link_keeps_the_page_size(served: Served) -> None:
 def test_bad_parameters_are_400(served: Served) -> None:
     assert served.get("/api/sessions?sort=nope").status_code == 400
     assert served.get("/api/sessions?since=notadate").status_code == 400
+    assert served.get("/api/sessions?since=5").status_code == 400  # new Date("5"): 1 May 2001; typed dates are ISO
     assert served.get("/api/sessions?cursor=garbage&limit=2").status_code == 400
     assert served.get("/api/sessions/no-such-session").status_code == 404
     assert served.get(f"/api/sessions/{sessions.LONG_ID}/context?leaf=nope").status_code == 404
