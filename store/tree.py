@@ -78,7 +78,7 @@ def build_tree(entries: list[Any]) -> list[TreeNode]:
             continue
         sorted_nodes.add(id(node))
         if len(node.children) > 1:
-            node.children = v8_sort(node.children, _timestamp_compare)
+            node.children = _by_timestamp(node.children)
         stack.extend(node.children)
     return roots
 
@@ -88,10 +88,16 @@ def _key(value: Any) -> tuple:
     return ("string", value) if type(value) is str else map_key(value)
 
 
-def _timestamp_compare(a: TreeNode, b: TreeNode) -> float | None:
-    ta = parse_js_date(prop(a.entry, "timestamp"))
-    tb = parse_js_date(prop(b.entry, "timestamp"))
-    return None if ta is None or tb is None else ta - tb
+def _by_timestamp(children: list[TreeNode]) -> list[TreeNode]:
+    """Pi's ``children.sort((a, b) => new Date(a.timestamp) - new Date(b.timestamp))``, each
+    timestamp read once (a comparison with a date that is no date is NaN)."""
+    times = [parse_js_date(prop(child.entry, "timestamp")) for child in children]
+
+    def compare(a: int, b: int) -> float | None:
+        time_a, time_b = times[a], times[b]
+        return None if time_a is None or time_b is None else time_a - time_b
+
+    return [children[index] for index in v8_sort(list(range(len(children))), compare)]
 
 
 def flatten_tree(roots: list[TreeNode]) -> list[dict]:
