@@ -245,15 +245,19 @@ def test_kept_totals_migration_with_data(db_url: str) -> None:
             assert [conn.execute(query).all() for query in (totals, paths, off_path, activity)] == kept
 
 
-def test_date_fallback_migration_with_data(db_url: str) -> None:
+def test_date_fallback_migration_with_data(db_url: str, tmp_path: Path) -> None:
     """0017 recomputes the times of sessions whose timestamps are not in Pi's shape (read as no
     date before V8's fallback formats were): stale values come back right, and a store of
     Pi-written files is left alone."""
     times = text("SELECT pk, created_ms, activity_ms, modified_ms FROM sessions ORDER BY pk")
     calls = text("SELECT session_pk, call_seq, call_ms, duration_ms FROM tool_call_pairs ORDER BY session_pk, call_seq")
     crafted = FIXTURES / "crafted" / "legacy-date-timestamps.jsonl"
+    in_array = tmp_path / "array-timestamp.jsonl"  # new Date(["Feb 1 2025"]) is a date too
+    in_array.write_text('{"type":"session","version":3,"id":"array-timestamp","timestamp":["Feb 1 2025"],"cwd":"/w"}\n'
+                        '{"type":"message","id":"u1","parentId":null,"timestamp":[["Feb 2 2025 10:00 GMT"]],'
+                        '"message":{"role":"user","content":"hi"}}\n')
     with SessionStore.connect(db_url) as store:
-        for path in [*sorted((FIXTURES / "sessions").glob("*.jsonl"))[:20], crafted]:
+        for path in [*sorted((FIXTURES / "sessions").glob("*.jsonl"))[:20], crafted, in_array]:
             try:
                 store.import_file(path)
             except StoreError:  # files sharing a session id: the first one stays
@@ -263,7 +267,9 @@ def test_date_fallback_migration_with_data(db_url: str) -> None:
             odd = session_times.odd_sessions(conn)
             legacy_pk = conn.execute(text("SELECT pk FROM sessions WHERE session_id = 'crafted-legacy-date-timestamps'")
                                      ).scalar_one()
-        assert legacy_pk in odd and len(odd) < 5  # the generated files hold a few bad timestamps, no more
+            array_pk = conn.execute(text("SELECT pk FROM sessions WHERE session_id = 'array-timestamp'")).scalar_one()
+        assert {legacy_pk, array_pk} <= set(odd) and len(odd) < 6  # the generated files: a few bad timestamps
+        assert next(row for row in kept[0] if row.pk == array_pk)[1:] == (1738368000000, 1738490400000, 1738490400000)
         assert next(row for row in kept[1] if row.session_pk == legacy_pk).duration_ms == 2000
         with store.engine.begin() as conn:  # what revision 0016's reading had stored for them
             for pk in odd:

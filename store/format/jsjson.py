@@ -246,7 +246,7 @@ def js_string(value: Any) -> str:
     if not isinstance(value, (list, tuple)):
         return _scalar_string(value)
     # arrays within arrays are joined with a stack of our own: a file can nest them far deeper
-    # than Python's recursion limit (Node joins 5,000 levels)
+    # than Python's recursion limit (Node 22 joins ~3,100 levels, then throws a RangeError)
     stack: list[tuple[Iterator[Any], list[str]]] = [(iter(value), [])]
     while True:
         items, parts = stack[-1]
