@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from sqlalchemy import Connection, Engine, bindparam, case, select, text
 from store.analysis import activity_days, pairs
 from store.db import current_path
 from store.db.engine import is_sqlite, read_transaction, write_transaction
+from store.db.faults import fault_reason
 from store.db.schema import entries, sessions
 from store.db.schema import session_ids as directory
 from store.db.stored_text import db_text
@@ -578,8 +580,12 @@ def compact_sqlite(engine: Engine, *, reader_wait_ms: int = READER_WAIT_MS) -> V
             return Vacuum(before, _file_bytes(path), time.perf_counter() - started,
                           skipped="another connection was reading the database; compact it later: "
                                   'sqlite3 "$(pi-store path)" VACUUM')
-        driver.execute("VACUUM")
-        driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            driver.execute("VACUUM")
+            driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:  # a full disk (VACUUM needs room for a copy): the prune stays done
+            return Vacuum(before, _file_bytes(path), time.perf_counter() - started,
+                          skipped=f"VACUUM failed: {fault_reason(exc) or exc}; the removed rows are gone all the same")
     finally:
         pooled.close()
     return Vacuum(before, _file_bytes(path), time.perf_counter() - started)

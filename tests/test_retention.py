@@ -400,6 +400,27 @@ def test_compaction_after_a_prune_does_not_wait_for_a_reader(tmp_path: Path, clo
         assert done.skipped is None and done.bytes_after < done.bytes_before
 
 
+def test_a_vacuum_that_fails_is_reported_not_raised(tmp_path: Path, clock) -> None:
+    """VACUUM writes a copy of the database (a full disk refuses it) after the prune committed:
+    the failure raised out of ``prune`` and the CLI printed an error for a prune that was done.
+    Here SQLite refuses for real: the compacting connection is ``query_only``."""
+    from sqlalchemy import event
+
+    from store.db.engine import make_engine
+    from store.retention import compact_sqlite
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with SessionStore.connect(url, clock=clock) as store:
+        _import(store, tmp_path, "s", "w", clock.now)
+    engine = make_engine(url)
+    event.listen(engine, "connect", lambda connection, _record: connection.execute("PRAGMA query_only = 1"))
+    try:
+        done = compact_sqlite(engine)
+    finally:
+        engine.dispose()
+    assert done.skipped is not None and done.skipped.startswith("VACUUM failed: attempt to write a readonly")
+
+
 def _answer(text: str, ms: float) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p", "model": "m",
             "api": "x", "stopReason": "stop", "timestamp": int(ms)}
