@@ -112,6 +112,27 @@ def run_oracle_json(script: Path, *args: str | Path) -> Any:
     return json.loads(_oracle(str(script), *args))
 
 
+def node_apply(function: str, value: Any, node: Path = ORACLE_NODE) -> Any:
+    """``function`` (JavaScript source of a one-argument function) applied in the oracle's Node
+    (``TZ=UTC``, as run.sh runs Pi) to ``value`` sent as JSON; its JSON result. ASCII escapes
+    carry lone surrogates both ways."""
+    script = ('let input = ""; process.stdin.setEncoding("utf8"); process.stdin.on("data", (c) => { input += c; });'
+              f' process.stdin.on("end", () => process.stdout.write(JSON.stringify(({function})(JSON.parse(input)))));')
+    result = subprocess.run([str(node), "-e", script], input=json.dumps(value), capture_output=True, text=True,
+                            env={**os.environ, "TZ": "UTC"}, timeout=ORACLE_TIMEOUT_S)
+    if result.returncode != 0:
+        raise OracleError(f"{node} exited {result.returncode}: {result.stderr.strip()[-500:]}")
+    return json.loads(result.stdout)
+
+
+def node_version(node: Path = ORACLE_NODE) -> str:
+    """``node --version`` ("unknown" where it cannot run)."""
+    try:
+        return subprocess.run([str(node), "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def wants_all_leaves(data: bytes) -> bool:
     """Whether a file with these bytes is described with --all-leaves (the conformance runner's rule)."""
     return data.count(b"\n") < ALL_LEAVES_MAX_LINES and len(data) < ALL_LEAVES_MAX_BYTES

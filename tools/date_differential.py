@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from random import Random
@@ -30,7 +28,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from store.format.jsdate import parse_js_date  # noqa: E402
-from tests.oracle_support import ORACLE_NODE  # noqa: E402
+from tests.oracle_support import ORACLE_NODE, node_apply, node_version  # noqa: E402
 
 _MONTHS = ["Jan", "February", "mar", "APR", "May", "june", "Jul", "August", "Sept", "oct", "Nov", "DEC",
            "Ja", "Junk", "Marchy", "Sep.", "Mayday"]
@@ -96,30 +94,10 @@ def date_strings(seed: int | str, count: int) -> list[str]:
     return [date_string(seed, index) for index in range(count)]
 
 
-_NODE_SCRIPT = """
-let input = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk) => { input += chunk; });
-process.stdin.on("end", () => {
-  const times = JSON.parse(input).map((text) => {
-    const time = new Date(text).getTime();
-    return Number.isNaN(time) ? null : time;
-  });
-  process.stdout.write(JSON.stringify(times));
-});
-"""
-
-
 def node_times(node: Path, strings: list[str]) -> list[int | None]:
-    """``new Date(s).getTime()`` for each string in the given Node, with TZ=UTC (null: NaN)."""
-    payload = json.dumps(strings, ensure_ascii=True)  # \\u escapes keep lone surrogates intact
-    result = subprocess.run([str(node), "-e", _NODE_SCRIPT], input=payload, capture_output=True, text=True,
-                            env={**os.environ, "TZ": "UTC"}, check=True, timeout=600)
-    return json.loads(result.stdout)
-
-
-def node_version(node: Path) -> str:
-    return subprocess.run([str(node), "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    """``new Date(s).getTime()`` for each string in the given Node (null: NaN)."""
+    return node_apply("(texts) => texts.map((text) => { const t = new Date(text).getTime(); "
+                      "return Number.isNaN(t) ? null : t; })", strings, node)
 
 
 def ours(text: str) -> int | None:

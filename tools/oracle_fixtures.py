@@ -53,7 +53,6 @@ import gzip
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -137,14 +136,6 @@ def summarize_errors(doc: dict[str, Any]) -> dict[str, Any]:
     return {path: f"{name} x{n}" if n > 1 else name for (path, name), n in counts.items()}
 
 
-def node_version() -> str:
-    try:
-        return subprocess.run([str(osup.ORACLE_NODE), "--version"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def installed_pi_version() -> str:
     return json.loads(osup.PI_PACKAGE_JSON.read_text("utf-8")).get("version", "unknown")
 
@@ -184,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     oracle = {
         "piVersion": installed_pi_version(),
-        "node": node_version(),
+        "node": osup.node_version(),
         "oracleDir": "../shared/oracle",
         "genMjsSha256": osup.sha256_file(osup.ORACLE_SRC / "gen.mjs"),
         "libMjsSha256": osup.sha256_file(osup.ORACLE_SRC / "lib.mjs"),

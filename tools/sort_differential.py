@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from random import Random
@@ -32,7 +30,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from store.format.jsdate import parse_js_date  # noqa: E402
 from store.format.jssort import v8_sort  # noqa: E402
-from tests.oracle_support import ORACLE_NODE  # noqa: E402
+from tests.oracle_support import ORACLE_NODE, node_apply  # noqa: E402
 
 _BAD = ["bad", "", None, "2025-13-01T00:00:00Z"]
 
@@ -66,23 +64,11 @@ def timestamps(seed: int | str, index: int) -> list[str | None]:
     return out
 
 
-_NODE_SCRIPT = """
-let input = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk) => { input += chunk; });
-process.stdin.on("end", () => {
-  const orders = JSON.parse(input).map((stamps) => stamps.map((timestamp, i) => ({ i, timestamp }))
-    .sort((a, b) => new Date(a.timestamp).getTime() - new Date(b.timestamp).getTime()).map((item) => item.i));
-  process.stdout.write(JSON.stringify(orders));
-});
-"""
-
-
 def node_orders(node: Path, cases: list[list[str | None]]) -> list[list[int]]:
-    """The index order Node's sort leaves each list in (Pi's comparator, TZ=UTC)."""
-    result = subprocess.run([str(node), "-e", _NODE_SCRIPT], input=json.dumps(cases), capture_output=True,
-                            text=True, env={**os.environ, "TZ": "UTC"}, check=True, timeout=600)
-    return json.loads(result.stdout)
+    """The index order Node's sort leaves each list in (Pi's comparator)."""
+    return node_apply("(lists) => lists.map((stamps) => stamps.map((timestamp, i) => ({ i, timestamp }))"
+                      ".sort((a, b) => new Date(a.timestamp).getTime() - new Date(b.timestamp).getTime())"
+                      ".map((item) => item.i))", cases, node)
 
 
 def ours(stamps: list[str | None]) -> list[int]:
