@@ -24,7 +24,7 @@ _MAX_TIME = 8.64e15  # the Date range: 100,000,000 days either side of the epoch
 # which gives the same fields for these strings and also reads its fallback forms.
 _ISO = re.compile(
     r"""
-    (?P<year>[+-][0-9]{6}|[0-9]{4})
+    (?P<year>\+[0-9]{6}|-(?!000000)[0-9]{6}|[0-9]{4})  # -000000 is no year (V8 then reads on)
     (?:-(?P<month>0[1-9]|1[0-2])(?:-(?P<day>0[1-9]|[12][0-9]|3[01]))?)?
     (?:[Tt]
         (?P<hour>[0-9]{2}):(?P<minute>[0-5][0-9])
@@ -84,29 +84,26 @@ def _iso_time(match: re.Match[str]) -> float | None:
     if hours > 24 or (hours == 24 and (minutes or seconds or int(fraction))):
         return None
     offset = 0 if sign is None else (int(off_hour) * 60 + int(off_minute)) * (60_000 if sign == "+" else -60_000)
-    return _time_value(int(year), int(month or 1), int(day or 1),
-                       ((hours * 60 + minutes) * 60 + seconds) * 1000 + int(fraction[:3].ljust(3, "0")) - offset)
-
-
-def _time_value(year: int, month: int, day: int, milliseconds: int) -> float | None:
-    """MakeDate(MakeDay(year, month, day), milliseconds) through TimeClip; None for NaN."""
-    if abs(year) > _MAX_YEAR:
-        return None
-    return _time_clip(_days_from_civil(year, month, day) * _MS_PER_DAY + milliseconds)
+    clock = ((hours * 60 + minutes) * 60 + seconds) * 1000 + int(fraction[:3].ljust(3, "0")) - offset
+    return _time_clip(_days_from_civil(int(year), int(month or 1), int(day or 1)) * _MS_PER_DAY + clock)
 
 
 def _parse_string(text: str) -> float | None:
     match = _ISO.fullmatch(text)
-    if match is not None and match["year"] != "-000000":
+    if match is not None:
         return _iso_time(match)
     fields = read_date_string(text)
     return None if fields is None else fields_time(fields)
 
 
 def fields_time(fields: DateFields) -> float | None:
-    """The time value of date-string fields (local time is UTC); None where V8 gives NaN."""
+    """The time value of date-string fields (local time is UTC); None where V8 gives NaN (years
+    beyond ±1,000,000 are NaN to V8's MakeDay, whatever the offset)."""
+    if abs(fields.year) > _MAX_YEAR:
+        return None
     clock = ((fields.hour * 60 + fields.minute) * 60 + fields.second) * 1000 + fields.millisecond
-    return _time_value(fields.year, fields.month, fields.day, clock - (fields.offset_seconds or 0) * 1000)
+    days = _days_from_civil(fields.year, fields.month, fields.day)
+    return _time_clip(days * _MS_PER_DAY + clock - (fields.offset_seconds or 0) * 1000)
 
 
 def parse_iso_date(text: str) -> float | None:
@@ -114,9 +111,7 @@ def parse_iso_date(text: str) -> float | None:
     ``2026-01-31T09:00Z``, a space for the T), None for anything else — unlike ``new Date``,
     which would take ``"5"`` for 1 May 2001.  Local time is UTC, as everywhere here."""
     match = _ISO.fullmatch(text) or _ISO.fullmatch(text.replace(" ", "T", 1))
-    if match is None or match["year"] == "-000000":
-        return None
-    return _iso_time(match)
+    return None if match is None else _iso_time(match)
 
 
 def parse_js_date(value: Any) -> float | None:

@@ -101,7 +101,7 @@ def test_the_iso_shortcut_agrees_with_the_whole_reader() -> None:
     checked = 0
     for text in texts:
         match = _ISO.fullmatch(text)
-        if match is None or match["year"] == "-000000":
+        if match is None:
             continue
         fields = read_date_string(text)
         assert _iso_time(match) == (None if fields is None else fields_time(fields)), text
