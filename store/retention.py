@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, bindparam, case, select, text
 
 from store.analysis import activity_days, pairs
-from store.db import current_path
+from store.db import current_path, session_times
 from store.db.engine import is_sqlite, read_transaction, write_transaction
 from store.db.faults import fault_reason
 from store.db.schema import entries, sessions
@@ -63,8 +63,7 @@ from store.errors import SessionClaimed, SessionNotFound, StoreError
 from store.format import js_parse
 from store.format.jsdate import parse_js_date
 from store.format.jsvalue import prop, truthy
-from store.listing import ListingState
-from store.loading import ENTRY, EXTRA_HEADER, HEADER, VALUE
+from store.loading import ENTRY, VALUE
 from store.ownership import live_claim
 from store.tree_columns import NONE, TREE, IdKey, StoredTree, id_key, setting_flags
 
@@ -515,30 +514,10 @@ def _apply(conn: Connection, plan: _Plan, session) -> None:
 
 def _refresh_session(conn: Connection, plan: _Plan, session, kept: list, new_seq: dict[int, int]) -> None:
     """The listing columns of the session row, recomputed from the kept rows (Pi's list rules)."""
-    c = entries.c
-    listing = ListingState()
-    header_seq = leaf_seq = None
-    entry_count = 0
-    conversation = False
-    for seq, kind, line in conn.execute(
-        select(c.seq, c.kind, c.line).where(
-            c.session_pk == plan.session_pk,
-            (c.kind.in_((HEADER, EXTRA_HEADER, VALUE))) | c.type.in_(("message", "session_info")))
-        .order_by(c.seq)
-    ):
-        value = js_parse(line)
-        if kind == HEADER:
-            header_seq, listing.header = seq, value
-            continue
-        listing.add(value)
-        if kind == ENTRY and prop(prop(value, "message"), "role") in ("user", "assistant"):
-            conversation = True
-    for row in kept:
-        if row.kind in (ENTRY, VALUE):
-            entry_count += 1
-    if session.leaf_seq is not None:
-        leaf_seq = new_seq[session.leaf_seq]
-    modified = listing.modified_ms(session.source_mtime_ms)
+    stored = session_times.read_listing(conn, plan.session_pk)
+    listing = stored.listing
+    entry_count = sum(row.kind in (ENTRY, VALUE) for row in kept)
+    leaf_seq = None if session.leaf_seq is None else new_seq[session.leaf_seq]
     diverged = session.diverged_seq
     if plan.imported and (diverged is None or plan.first_removed_seq < diverged):
         diverged = plan.first_removed_seq
@@ -546,10 +525,9 @@ def _refresh_session(conn: Connection, plan: _Plan, session, kept: list, new_seq
         entry_count=entry_count, message_count=listing.message_count,
         first_message=db_text(listing.first_message) if listing.first_message else None,
         name=None if listing.name is None else db_text(listing.name),
-        activity_ms=None if listing.last_activity_ms is None else int(listing.last_activity_ms),
-        modified_ms=None if modified is None else int(modified),
-        header_seq=header_seq, last_seq=len(kept) - 1, leaf_seq=leaf_seq,
-        has_conversation=conversation, pi_listable=listing.pi_listable and listing.header is not None,
+        **stored.times(session.source_mtime_ms),
+        header_seq=stored.header_seq, last_seq=len(kept) - 1, leaf_seq=leaf_seq,
+        has_conversation=stored.conversation, pi_listable=listing.pi_listable and listing.header is not None,
         diverged_seq=diverged, row_version=sessions.c.row_version + 1,
     ))
 

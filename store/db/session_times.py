@@ -12,6 +12,8 @@ read again, ~45 MB/s of message lines.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import Connection, select, text
 
 from store.analysis import pairs
@@ -19,9 +21,9 @@ from store.db.engine import is_sqlite
 from store.db.schema import entries, sessions
 from store.format import js_parse
 from store.format.jsdate import parse_js_date, storable_ms
-from store.format.jsvalue import UNDEFINED
+from store.format.jsvalue import UNDEFINED, prop
 from store.listing import ListingState
-from store.loading import HEADER
+from store.loading import ENTRY, EXTRA_HEADER, HEADER, VALUE
 
 # Timestamps in exactly the shape Pi writes: every reading of them agrees.
 _D = "[0-9]"
@@ -40,29 +42,54 @@ def odd_sessions(conn: Connection) -> list[int]:
         f"THEN line LIKE :key ELSE NOT ({shape}) END ORDER BY session_pk"), {"key": '%"timestamp"%'})]
 
 
-def refresh(conn: Connection, session_pk: int) -> None:
-    """Recompute one session's times from its header and message lines (Pi's list rules) and pair
-    its tool calls again (inside the caller's transaction)."""
+@dataclass(slots=True)
+class StoredListing:
+    """A session's listing info read again from its stored lines (``store.listing``), with the
+    header's row and whether a user or assistant message entry is stored."""
+
+    listing: ListingState
+    header_seq: int | None
+    conversation: bool
+
+    def times(self, mtime_ms: float | None) -> dict[str, int | None]:
+        """The ``sessions`` time columns (a time past the Date range stored one past its edge)."""
+        listing = self.listing
+        timestamp = UNDEFINED if listing.header is None else listing.header.get("timestamp", UNDEFINED)
+        created = None if timestamp is UNDEFINED else parse_js_date(timestamp)
+        modified = listing.modified_ms(mtime_ms)
+        return {"created_ms": None if created is None else storable_ms(created),
+                "activity_ms": None if listing.last_activity_ms is None else storable_ms(listing.last_activity_ms),
+                "modified_ms": None if modified is None else storable_ms(modified)}
+
+
+def read_listing(conn: Connection, session_pk: int) -> StoredListing:
+    """Feed the session's header, message and session_info lines (and the lines that are not
+    entries, as a file read gives them) to a :class:`ListingState`, in file order."""
     c = entries.c
     listing = ListingState()
-    for kind, line in conn.execute(
-        select(c.kind, c.line).where(c.session_pk == session_pk, (c.kind == HEADER) | (c.type == "message"))
+    header_seq, conversation = None, False
+    for seq, kind, line in conn.execute(
+        select(c.seq, c.kind, c.line).where(
+            c.session_pk == session_pk,
+            (c.kind.in_((HEADER, EXTRA_HEADER, VALUE))) | c.type.in_(("message", "session_info")))
         .order_by(c.seq)
     ):
         value = js_parse(line)
         if kind == HEADER:
-            listing.header = value
-        else:
-            listing.add(value)
+            header_seq, listing.header = seq, value
+            continue
+        listing.add(value)
+        if kind == ENTRY and prop(prop(value, "message"), "role") in ("user", "assistant"):
+            conversation = True
+    return StoredListing(listing, header_seq, conversation)
+
+
+def refresh(conn: Connection, session_pk: int) -> None:
+    """Recompute one session's times from its stored lines (Pi's list rules) and pair its tool
+    calls again (inside the caller's transaction)."""
     mtime_ms = conn.execute(select(sessions.c.source_mtime_ms).where(sessions.c.pk == session_pk)).scalar_one()
-    timestamp = UNDEFINED if listing.header is None else listing.header.get("timestamp", UNDEFINED)
-    created = None if timestamp is UNDEFINED else parse_js_date(timestamp)
-    modified = listing.modified_ms(mtime_ms)
-    conn.execute(sessions.update().where(sessions.c.pk == session_pk).values(
-        created_ms=None if created is None else storable_ms(created),
-        activity_ms=None if listing.last_activity_ms is None else storable_ms(listing.last_activity_ms),
-        modified_ms=None if modified is None else storable_ms(modified),
-    ))
+    times = read_listing(conn, session_pk).times(mtime_ms)
+    conn.execute(sessions.update().where(sessions.c.pk == session_pk).values(**times))
     pairs.rebuild_session(conn, session_pk)
 
 
