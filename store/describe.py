@@ -109,12 +109,12 @@ def walk_loops(conn: Connection, session_pk: int, leaf_seq: int | None) -> bool:
     if not runs:
         return False
     root = conn.execute(
-        select(entries.c.parent_id, entries.c.parent_seq, entries.c.line)
+        select(entries.c.parent_seq, entries.c.line)
         .where(entries.c.session_pk == session_pk, entries.c.seq == runs[0][0])
     ).one()
     if root.parent_seq is not None:
         return False
-    parent = root.parent_id if root.parent_id is not None else id_key(prop(js_parse(root.line), "parentId"))
+    parent = id_key(prop(js_parse(root.line), "parentId"))  # (the column holds an escaped form of some ids)
     if not parent:  # no parent to look up ("" too: Pi's walk stops at a falsy parentId)
         return False
     if parent.__class__ is str:

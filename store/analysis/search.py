@@ -29,6 +29,7 @@ from store.db import queries
 from store.db.engine import is_sqlite, read_transaction
 from store.db.stored_text import db_text, may_be_escaped
 from store.format import js_parse
+from store.format.jsvalue import prop
 
 _SCAN = 200  # candidates read per round while filtering on provenance
 _SNIPPET_WORDS = 24
@@ -255,7 +256,11 @@ class _SessionPath:
         path = cls(session.session_id, queries.path_runs(conn, session_pk, session.leaf_seq))
         if session.compaction_seq is not None:
             path.compaction = (session.compaction_seq, session.compaction_depth)
-            kept_seq = queries.seq_of(conn, session_pk, session.kept_id)  # None for a missing id
+            kept_id = session.kept_id  # as facts hold it: an id with a lone surrogate or NUL escaped
+            if kept_id is not None and may_be_escaped(kept_id):
+                compaction_line = queries.lines_at(conn, session_pk, [session.compaction_seq])[session.compaction_seq]
+                kept_id = prop(js_parse(compaction_line), "firstKeptEntryId")
+            kept_seq = queries.seq_of(conn, session_pk, kept_id)  # None for a missing id
             kept = queries.tree_columns_of(conn, session_pk, kept_seq) if kept_seq is not None else None
             if kept is not None and path.contains(kept.seq) and kept.depth < session.compaction_depth:
                 path.kept_depth = kept.depth

@@ -77,6 +77,21 @@ def test_every_kind_of_content_is_found(store: SessionStore) -> None:
     assert (hit.role, hit.type) == ("toolResult", "message") and hit.timestamp
 
 
+def test_provenance_of_a_first_kept_entry_whose_id_holds_a_lone_surrogate(store: SessionStore, tmp_path) -> None:
+    """The compaction's ``firstKeptEntryId`` is escaped where the store keeps it; looked up in
+    that form it named no entry, and the kept message was reported "before" the compaction."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"type":"session","version":3,"id":"sur","timestamp":"2025-02-01T09:00:00.000Z","cwd":"/h"}\n'
+        '{"type":"message","id":"r\\udc00","parentId":null,"timestamp":"2025-02-01T09:00:01.000Z",'
+        '"message":{"role":"user","content":"tapir"}}\n'
+        '{"type":"compaction","id":"k","parentId":"r\\udc00","timestamp":"2025-02-01T09:00:02.000Z",'
+        '"summary":"s","firstKeptEntryId":"r\\udc00","tokensBefore":1}\n', "utf-8")
+    store.import_file(path)
+    assert only(store.search("tapir")).provenance.compaction == "kept"
+    assert [m.get("content") for m in store.open("sur").build_session_context().messages][1:] == ["tapir"]
+
+
 def test_provenance_after_branching_compaction_and_context_edits(store: SessionStore) -> None:
     build(store)
 
