@@ -56,7 +56,7 @@ from store.gc_pause import gc_paused
 from store.listing import ListingState, trimmed_session_name
 from store.ownership import Claim, check_write, release_claim, renew_claim, take_claim
 from store.tree import TreeNode, build_tree, resolve_labels
-from store.tree_columns import TreeColumns, derive_child
+from store.tree_columns import TreeColumns, derive_child, id_key
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
@@ -482,8 +482,9 @@ class SessionManager:
                    *, entry_id: str | None = None, timestamp: str | None = None) -> dict:
         """Make the entry (with ``entry_id`` and ``timestamp`` when given, else a new id and the
         clock's time), buffer its row and make it the leaf."""
-        if parent is False:  # under the leaf; Pi's lookup of a falsy parentId finds nothing: a new root
-            parent_cols, parent_id = self._leaf if truthy(self._leaf_id) else None, self._leaf_id
+        if parent is False:  # under the leaf, if a re-read of the file finds it by the parentId written
+            parent_id = self._leaf_id
+            parent_cols = self._leaf if _finds_itself(parent_id) else None
         else:
             parent_id = parent  # type: ignore[assignment]
             parent_cols = self._columns_of(batch.conn, parent_id) if parent_id is not None else None
@@ -895,3 +896,14 @@ def _with_text(row: dict) -> tuple:
             if row["search_text"] == "":
                 row["search_text"] = row["kept_text"]
     return (*(row[c] for c in ROW_COLUMNS), at)
+
+
+def _finds_itself(leaf_id: Any) -> bool:
+    """Whether an entry whose ``parentId`` is ``leaf_id``, written and read back, has the leaf as
+    parent (the file is the truth: Pi's memory may link what its next open does not). A falsy id
+    finds nothing (Pi: a new root); an object or array is a new value when read again; a number
+    past a double is written as null."""
+    if leaf_id.__class__ is str:
+        return leaf_id != ""
+    key = id_key(leaf_id)
+    return key is not None and id_key(js_parse(js_stringify(leaf_id))) == key

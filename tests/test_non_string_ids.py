@@ -85,6 +85,25 @@ def leaf_file(folder: Path, leaf: str | None) -> Path:
     return path
 
 
+UNFINDABLE = {"object": "{}", "array": "[1]", "past a double": "1e400"}
+
+
+@pytest.mark.parametrize("leaf", UNFINDABLE.values(), ids=UNFINDABLE.keys())
+def test_an_append_under_a_leaf_no_reread_can_find_starts_a_root(store: SessionStore, tmp_path: Path,
+                                                                 leaf: str) -> None:
+    """Pi links the new entry in memory (its leaf id is the very value its ``byId`` holds), but
+    a read of the file cannot: an object or array is a new value when parsed again, and a number
+    past a double is written as null. The store is the file: the appended row is a root, as
+    ``verify`` re-derives it (it was linked under the leaf, and verify reported the tree wrong)."""
+    store.import_file(leaf_file(tmp_path, leaf))
+    manager = store.open("leafy")
+    new_id = manager.append_message({"role": "user", "content": "appended", "timestamp": 9})
+    written = json.loads(b"".join(store.iter_export("leafy")).splitlines()[-1])
+    assert js_diff(json.loads(leaf.replace("1e400", "null")), written["parentId"], "parentId") is None
+    assert store.open("leafy").get_branch_ids() == [new_id]
+    assert verify_session(store, "leafy").tree_ok
+
+
 @pytest.mark.parametrize("leaf", LEAVES.values(), ids=LEAVES.keys())
 def test_an_append_under_a_leaf_whose_id_is_not_a_string_is_what_pi_writes(store: SessionStore, tmp_path: Path,
                                                                            leaf: str | None) -> None:
