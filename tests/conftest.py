@@ -125,6 +125,28 @@ def pytest_testnodedown(node, error) -> None:
     _loud_skips.update(getattr(node, "workeroutput", {}).get("loud_skips", {}))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failure whose text holds a lone surrogate (the odd ids these tests use) cannot travel
+    from an xdist worker (UTF-8 only): the run ended in an INTERNALERROR and "no tests ran",
+    the failure itself unseen. Such text is sent with the surrogates escaped."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.longrepr is not None and not _utf8_safe(text := str(report.longrepr)):
+        report.longrepr = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    report.sections = [(title, content if _utf8_safe(content) else
+                        content.encode("utf-8", "backslashreplace").decode("utf-8"))
+                       for title, content in report.sections]
+
+
+def _utf8_safe(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if _pg_state.get("skip"):
         terminalreporter.write_sep("!", "POSTGRESQL TESTS WERE SKIPPED", red=True, bold=True)
