@@ -639,9 +639,10 @@ class SessionManager:
             raise EntryNotFound(f"Entry {entry_id} not found")
         return entry
 
-    def _active_branch_ids(self) -> set:
-        with self._reading() as conn:
-            return {row.entry_id for row in queries.path_rows(conn, self._spk, self._branch_seq(), "entry_id")}
+    def _active_branch_ids(self) -> list[Any]:
+        """The ids on the active branch, as :meth:`get_branch_ids` gives them (a list: an id that
+        is not a string may be an object)."""
+        return self.get_branch_ids()
 
     # ------------------------------------------------------------------ leaf movement
     def branch(self, branch_from_id: str) -> None:

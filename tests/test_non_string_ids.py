@@ -124,3 +124,19 @@ def test_an_append_under_a_leaf_whose_id_is_not_a_string_is_what_pi_writes(store
     reopened = store.open("leafy")
     assert reopened.get_branch_ids() == (["a1", "a2", value, new_id] if linked else [new_id])
     assert verify_session(store, "leafy").tree_ok
+
+
+def test_a_context_edit_of_an_entry_whose_id_holds_a_lone_surrogate(store: SessionStore, tmp_path: Path) -> None:
+    """The active-branch check compared the id with the escaped form the column holds:
+    ``get_branch_ids()`` listed the entry and ``append_context_edit`` refused it as off the branch."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"type":"session","version":3,"id":"sur-edit","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/tmp"}\n'
+        '{"type":"message","id":"a\\ud800","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z",'
+        '"message":{"role":"user","content":"hello","timestamp":1}}\n', "utf-8")
+    store.import_file(path)
+    manager = store.open("sur-edit")
+    assert manager.get_branch_ids() == ["a\ud800"]
+    manager.append_context_edit("a\ud800", None)
+    assert manager.build_session_context().messages == []
+
