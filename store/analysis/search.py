@@ -120,12 +120,15 @@ def _ids_as_written(conn: Connection, rows: list[Row],
                     sessions: dict[int, _SessionPath]) -> tuple[dict[int, str], dict[int, str]]:
     """The hits' entry ids (by row key) and session ids (by session key) whose columns may hold
     ``db_text``'s escape (rare: only those are read), as their lines have them."""
-    entry_ids: dict[int, str] = {}
+    escaped: dict[int, list[Row]] = {}
     for row in rows:
         if row.entry_id is not None and may_be_escaped(row.entry_id):
-            value = js_parse(queries.lines_at(conn, row.session_pk, [row.seq])[row.seq])
-            if isinstance(value, dict) and isinstance(value.get("id"), str):
-                entry_ids[row.pk] = value["id"]
+            escaped.setdefault(row.session_pk, []).append(row)
+    entry_ids: dict[int, str] = {}
+    for session_pk, group in escaped.items():  # one read of their lines per session
+        for row, entry_id in zip(group, queries.ids_of(conn, session_pk, group), strict=True):
+            if isinstance(entry_id, str):
+                entry_ids[row.pk] = entry_id
     session_ids: dict[int, str] = {}
     for session_pk, path in sessions.items():
         session = queries.session_by_pk(conn, session_pk) if may_be_escaped(path.session_id) else None

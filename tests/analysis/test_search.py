@@ -88,7 +88,8 @@ def test_provenance_of_a_first_kept_entry_whose_id_holds_a_lone_surrogate(store:
         '{"type":"compaction","id":"k","parentId":"r\\udc00","timestamp":"2025-02-01T09:00:02.000Z",'
         '"summary":"s","firstKeptEntryId":"r\\udc00","tokensBefore":1}\n', "utf-8")
     store.import_file(path)
-    assert only(store.search("tapir")).provenance.compaction == "kept"
+    hit = only(store.search("tapir"))
+    assert hit.provenance.compaction == "kept" and hit.entry_id == "r\udc00"  # the id, not its stored escape
     assert [m.get("content") for m in store.open("sur").build_session_context().messages][1:] == ["tapir"]
 
 
