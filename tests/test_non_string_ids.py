@@ -37,9 +37,12 @@ def _assert_as_pi(store: SessionStore, session_id: str, golden: dict) -> None:
     assert health.tree_ok and health.tree_mismatches == 0
 
 
-def test_the_fixture_links_through_numbers_true_and_a_later_definition() -> None:
-    golden = _golden()
-    assert golden["branchIds"] == [1, 7, 3, True, 8, 2, 11, 1000, 13, 12]  # 1.0 → 1, 1e3 → 1000, 7 defined later
+def test_the_fixture_links_through_numbers_true_and_a_later_definition(store: SessionStore) -> None:
+    """What Pi made of the fixture (its golden describe), and what the store makes of it."""
+    expected = [1, 7, 3, True, 8, 2, 11, 1000, 13, 12]  # 1.0 → 1, 1e3 → 1000, 7 defined later
+    assert js_diff(expected, _golden()["branchIds"], "branchIds") is None  # (js_diff: true is not 1)
+    session_id = store.import_file(CRAFTED).session_id
+    assert js_diff(expected, store.open(session_id).get_branch_ids(), "branchIds") is None
 
 
 @pytest.mark.parametrize("grown_from", [2, 4, 5, 6, 9, 11, 13])
