@@ -6,10 +6,14 @@ block pair (raw time / store time: the store's rate as a fraction of the raw loo
 median. The sync API, and with ``--async`` the async API against the async raw loop.
 ``--workload agent``: the store appends what an agent writes (a user message, then assistant
 messages with a tool call each, each followed by its result, then an answer; ``agent_message``)
-instead of user messages; the raw loop's rows stay the same.
+instead of user messages; the raw loop's rows stay the same. ``--history N``: the store first holds
+N other sessions of 50 agent appends each, and PostgreSQL's statistics are gathered (``ANALYZE``,
+as autovacuum does within a minute or so of a table's first rows): a store with some history,
+instead of a new store whose tables the planner knows nothing about (BENCHMARKS.md, "Young
+tables").
 
     python tools/bench_single.py [--engines sqlite,postgresql] [--blocks 20] [--block 50]
-        [--synchronous-commit off] [--async] [--workload user|agent]
+        [--synchronous-commit off] [--async] [--workload user|agent] [--history 200]
         [--pg postgresql+psycopg://postgres@127.0.0.1/test]
 """
 
@@ -25,6 +29,7 @@ from pathlib import Path
 from bench_async import scratch_pg
 from bench_concurrency import Raw, message
 from benchmarking import record
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from store.aio import AsyncSessionStore
@@ -101,9 +106,24 @@ def async_pairs(url: str, raw: Raw, blocks: int, block: int, message=message) ->
     return asyncio.run(main())
 
 
-def report(engine: str, api: str, pairs: list[tuple[float, float]], block: int, workload: str) -> None:
+def add_history(url: str, sessions: int) -> None:
+    """``sessions`` other sessions of 50 agent appends each (one batch per session); then, on
+    PostgreSQL, the planner's statistics."""
+    with SessionStore.connect(url) as store:
+        for s in range(sessions):
+            sm = store.create(f"/bench/history/{s}")
+            with sm.batch():
+                for i in range(50):
+                    sm.append_message(agent_message(f"h{s}", i))
+        if store.engine.dialect.name == "postgresql":
+            with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("ANALYZE"))
+
+
+def report(engine: str, api: str, pairs: list[tuple[float, float]], block: int, workload: str,
+           history: int) -> None:
     ratios = sorted(theirs / mine for mine, theirs in pairs)
-    record(engine=engine, api=api, workload=workload, blocks=len(pairs),
+    record(engine=engine, api=api, workload=workload, history=history, blocks=len(pairs),
            store_ms=round(statistics.median(m for m, _ in pairs) / block * 1000, 3),
            raw_ms=round(statistics.median(t for _, t in pairs) / block * 1000, 3),
            ratio=round(statistics.median(ratios), 2),
@@ -118,6 +138,8 @@ def main() -> None:
     parser.add_argument("--async", dest="use_async", action="store_true", help="the async API and raw loop")
     parser.add_argument("--synchronous-commit", choices=("on", "off"), default="on")
     parser.add_argument("--workload", choices=("user", "agent"), default="user")
+    parser.add_argument("--history", type=int, default=0, metavar="N",
+                        help="N other sessions (50 appends each) in the store first, statistics gathered")
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
     pairs_of = async_pairs if args.use_async else sync_pairs
@@ -125,18 +147,20 @@ def main() -> None:
     made = agent_message if args.workload == "agent" else message
 
     def run(url: str, raw: Raw, blocks: int, block: int) -> list[tuple[float, float]]:
+        if args.history:
+            add_history(url, args.history)
         return pairs_of(url, raw, blocks, block, made)
     if "sqlite" in args.engines:
         with tempfile.TemporaryDirectory() as folder:
             pairs = run(f"sqlite:///{folder}/store.db", Raw("sqlite", str(Path(folder) / "raw.db")),
                         args.blocks, args.block)
-            report("sqlite", api, pairs, args.block, args.workload)
+            report("sqlite", api, pairs, args.block, args.workload, args.history)
     if "postgresql" in args.engines:
         url, drop = scratch_pg(args.pg, args.synchronous_commit)
         try:
             plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
             report("postgresql", api, run(url, Raw("postgresql", plain), args.blocks, args.block), args.block,
-                   args.workload)
+                   args.workload, args.history)
         finally:
             drop()
 

@@ -23,7 +23,12 @@ from store.db import current_path
 from store.db.writes import ROW_COLUMNS, dbapi_sql, insert_sql, native_sql, without_path
 from store.format.jsdate import storable_ms
 
-_ID_TAKEN = "SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ? LIMIT 1"
+# Whether an entry id is already the session's, read as "the first row with that id": ordered by
+# ``seq``, only the (session_pk, entry_id, seq) index answers it without a sort. Without the order a
+# young PostgreSQL table's cached generic plan (estimates clamped to one row: a tie) takes the
+# primary key's (session_pk, pk) and filters every row of the session (BENCHMARKS.md, "Young
+# tables: lookups that scanned the session").
+_ID_TAKEN = "SELECT seq FROM entries WHERE session_pk = ? AND entry_id = ? ORDER BY seq LIMIT 1"
 _HOLDS = "SELECT 1 FROM entries WHERE session_pk = ? AND seq = ? AND entry_id = ? AND line = ?"
 _END_LINE = "UPDATE entries SET eol = '\n' WHERE session_pk = ? AND seq = ? AND eol = ''"
 _IDS = "SELECT DISTINCT entry_id FROM entries WHERE session_pk = ? AND entry_id IS NOT NULL"
@@ -53,7 +58,7 @@ WHERE pk = ?"""
 # PostgreSQL, one statement: the row unless its entry id is already the session's (exact under the
 # session's lock) and, when it inserted, the session update
 _INSERT_NEW = (f"INSERT INTO entries ({', '.join(ROW_COLUMNS)}) SELECT {', '.join('?' for _ in ROW_COLUMNS)} "
-               "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE session_pk = ? AND entry_id = ?)")
+               f"WHERE ({_ID_TAKEN}) IS NULL")  # not NOT EXISTS: PostgreSQL drops an EXISTS's ORDER BY
 # ... and, in the same round trip, what the row adds to its day's activity (store.analysis.activity_days)
 # and to the path's turns (a linear append: store.db.current_path), when it adds anything
 _VALUES = ", ".join("?" for _ in activity_days.KEY + activity_days.TOTALS)
