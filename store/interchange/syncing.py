@@ -47,13 +47,28 @@ def session_files(paths: Iterable[str | os.PathLike], unreadable: list[OSError] 
     read (a folder that vanished meanwhile is simply passed over)."""
     found: dict[str, Path] = {}
     for path in map(Path, paths):
-        if path.is_dir():
+        if _is(path.is_dir):
+            unsearchable: set[Path] = set()
             for file in sorted(_jsonl_below(path, unreadable)):
-                if file.is_file():
-                    found.setdefault(os.path.realpath(file), file)
-        else:
+                try:
+                    if file.is_file():
+                        found.setdefault(os.path.realpath(file), file)
+                except OSError as error:  # a folder that lists its names but cannot be entered
+                    if unreadable is not None and file.parent not in unsearchable:
+                        unsearchable.add(file.parent)
+                        unreadable.append(OSError(error.errno, error.strerror, str(file.parent)))
+        else:  # a file, or what cannot be looked at: its import fails with the reason
             found.setdefault(os.path.realpath(path), path)
     return list(found.values())
+
+
+def _is(check: Callable[[], bool]) -> bool:
+    """``path.is_dir()`` and the like, False where the path cannot be looked at (Python 3.11
+    raises PermissionError there)."""
+    try:
+        return check()
+    except OSError:
+        return False
 
 
 def _jsonl_below(folder: Path, unreadable: list[OSError] | None) -> Iterator[Path]:
