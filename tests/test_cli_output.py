@@ -219,9 +219,12 @@ def test_stats_shapes(imported: str) -> None:
         assert cells == ["" if row[key] is None else str(row[key]) for key in header]
 
 
-@pytest.mark.parametrize("args", [["search", "the", "--nl"], ["sql", "SELECT * FROM entries"]])
-def test_a_closed_pipe_ends_quietly(imported: str, args: list[str]) -> None:
-    """(sql reported its reader leaving as the query's failure: "Error: [Errno 32] Broken pipe".)"""
+@pytest.mark.parametrize("args", [["search", "the", "--nl"], ["sql", "SELECT * FROM entries"], ["export", SESSION],
+                                  ["export", "--all", "{tmp}"]])
+def test_a_closed_pipe_ends_quietly(imported: str, args: list[str], tmp_path: Path) -> None:
+    """(sql reported its reader leaving as the query's failure: "Error: [Errno 32] Broken pipe";
+    export as "export failed: BrokenPipeError", exit 1.)"""
+    args = [arg.format(tmp=tmp_path / "out") for arg in args]
     reader = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", imported, *args],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reader.stdout.close()  # as `| head -0` would

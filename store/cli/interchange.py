@@ -273,6 +273,8 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
             with contextlib.closing(current_store().iter_export(session, as_migrated=as_migrated)) as chunks:
                 for chunk in chunks:  # closed here when a write stops it, while the store is open
                     sys.stdout.buffer.write(chunk)
+    except BrokenPipeError:  # the reader left (``| head``): the command's quiet 141, not a failed export
+        raise
     except (OSError, SQLAlchemyError) as exc:
         kept = f" ({output} is unchanged)" if output else ""
         raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc
