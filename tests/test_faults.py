@@ -339,6 +339,39 @@ def test_ctrl_c_exits_130_quietly(silent_server: tuple[int, list[socket.socket]]
     assert process.returncode == 130 and err == "" and out == "", (process.returncode, err)
 
 
+_SLOW_CLOSE = """
+import sys, time
+from store.session_store import SessionStore
+close = SessionStore.close
+def slow_close(self):  # a close that takes its time (a SQLite checkpoint after a large import)
+    print("closing", file=sys.stderr, flush=True)
+    time.sleep(60)
+    close(self)
+SessionStore.close = slow_close
+from store.cli import main
+main(sys.argv[1:], prog_name="pi-store")
+"""
+
+
+def test_ctrl_c_while_the_store_closes_exits_130_quietly(tmp_path: Path) -> None:
+    """The store was closed after the command, outside its handling of Ctrl-C: click printed
+    "Aborted!" and the exit status was 1."""
+    process = subprocess.Popen([sys.executable, "-c", _SLOW_CLOSE, "--db", str(tmp_path / "s.db"), "import",
+                                str(SESSION)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        said = []  # the import's summary line, then the close starting
+        while (line := process.stderr.readline()) not in ("closing\n", ""):
+            said.append(line)
+        assert line and said and said[-1].startswith("1 file (1 imported)"), said
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert (process.returncode, err) == (130, ""), err
+    assert out.startswith("imported ")
+
+
 @pytest.mark.parametrize("timeout", ["0", "30"])
 def test_ctrl_c_stops_an_sql_statement(tmp_path: Path, timeout: str) -> None:
     """SQLite runs a statement in C; with ``--timeout 0`` no progress handler ran Python, so the

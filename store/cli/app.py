@@ -152,6 +152,9 @@ class _Commands(click.Group):
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit
+            # the store closes here (a SQLite checkpoint, say), where Ctrl-C is still a quiet 130
+            # and a failure one line; after the command it was click's "Aborted!" and exit 1
+            ctx.close()
             return result
         except KeyboardInterrupt:
             ctx.exit(130)
