@@ -60,7 +60,9 @@ class AsyncSummarizer(Protocol):
 class _OnTheLoop:
     """A :class:`~store.services.Summarizer` for the shared compaction code (which runs in a
     greenlet): each request suspends the greenlet until the awaited summary arrives, so the
-    event loop keeps serving other tasks. A synchronous summarizer is called in a worker thread."""
+    event loop keeps serving other tasks. A synchronous summarizer is called in a worker thread,
+    and what it returns is awaited when it is awaitable: an ``async def`` behind a plain decorator
+    (which ``iscoroutinefunction`` does not see) gave compaction the coroutine as its summary."""
 
     def __init__(self, summarizer: AsyncSummarizer | services.Summarizer) -> None:
         self._summarizer = summarizer
@@ -69,7 +71,8 @@ class _OnTheLoop:
         summarize = self._summarizer.summarize
         if inspect.iscoroutinefunction(summarize):
             return await_only(summarize(system_prompt, prompt, max_tokens))
-        return await_only(asyncio.to_thread(summarize, system_prompt, prompt, max_tokens))
+        response = await_only(asyncio.to_thread(summarize, system_prompt, prompt, max_tokens))
+        return await_only(response) if inspect.isawaitable(response) else response
 
 
 class _Unstoppable(asyncio.Task):

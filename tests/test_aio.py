@@ -10,6 +10,7 @@ repeated here."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -183,6 +184,28 @@ async def test_compact_with_an_async_summarizer_matches_the_sync_compaction(
     # a plain (synchronous) summarizer is accepted too: it runs in a worker thread
     await _conversation(sm, 3)
     assert (await sm.get_entry(await sm.compact(DeterministicSummarizer(), settings)))["type"] == "compaction"
+    # and an async one behind a plain decorator (a logging or retry wrapper): its coroutine is
+    # awaited (it was taken as the summary: AttributeError, "coroutine was never awaited")
+    await _conversation(sm, 3)
+    wrapped = DecoratedSummarizer()
+    assert (await sm.get_entry(await sm.compact(wrapped, settings)))["type"] == "compaction"
+    assert len(wrapped.inner.requests) == 1
+
+
+def _logged(method):
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        return method(*args, **kwargs)
+    return wrapper
+
+
+class DecoratedSummarizer:
+    def __init__(self) -> None:
+        self.inner = DeterministicSummarizer()
+
+    @_logged
+    async def summarize(self, system_prompt: str, prompt: str, max_tokens: int | None) -> SummaryResponse:
+        return self.inner.summarize(system_prompt, prompt, max_tokens)
 
 
 async def test_a_compaction_cancelled_while_the_summary_is_made_writes_nothing(astore: AsyncSessionStore) -> None:
