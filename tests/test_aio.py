@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from store.aio import AsyncSessionManager, AsyncSessionStore
+from store.db.engine import BadSetting
 from store.errors import SessionChanged, StoreClosed
 from store.retention import RetentionPolicy
 from store.services import CompactionSettings, DeterministicSummarizer, SummaryResponse
@@ -69,6 +71,28 @@ async def test_a_plain_file_path_names_the_same_sqlite_store_for_both_apis(tmp_p
         await sm.append_message(user("hi"))
     with SessionStore.connect(str(tmp_path / "sessions.db")) as sync_store:
         assert [info.id for info in sync_store.list_all()] == [sm.session_id]
+
+
+async def test_both_apis_take_the_same_urls(db_url: str) -> None:
+    """A URL naming the async driver (what an async server is given) failed in the sync API and
+    the CLI with SQLAlchemy's MissingGreenlet; psycopg2/asyncpg URLs failed in the sync API with
+    ModuleNotFoundError and were silently swapped for psycopg by the async one."""
+    url = make_url(db_url)
+    named = url.set(drivername="sqlite+aiosqlite" if url.get_backend_name() == "sqlite" else "postgresql+psycopg_async")
+    async with await AsyncSessionStore.connect(named.render_as_string(hide_password=False)) as store:
+        sm = await store.create("/work/urls")
+        await sm.append_message(user("hi"))
+    with SessionStore.connect(named.render_as_string(hide_password=False)) as sync_store:
+        assert sm.session_id in [info.id for info in sync_store.list_all()]
+    other = url.set(drivername="sqlite+pysqlcipher" if url.get_backend_name() == "sqlite" else "postgresql+asyncpg")
+    refusals = []
+    for connect in (SessionStore.connect, AsyncSessionStore.connect):
+        with pytest.raises(BadSetting) as refused:
+            opened = connect(other.render_as_string(hide_password=False))
+            if asyncio.iscoroutine(opened):
+                await opened
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1] and f"not {other.get_driver_name()}" in refusals[0]
 
 
 async def test_batch_commits_together_and_a_failed_batch_stores_nothing(astore: AsyncSessionStore) -> None:

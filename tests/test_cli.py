@@ -195,7 +195,7 @@ def test_odd_inputs_get_the_stores_own_words(tmp_path: Path) -> None:
     cases = [
         ([*pi_store, "claims", "release", os.fsdecode(b"\xff")], "Error: no session '\\udcff' in the store"),
         ([*pi_store, "sql", os.fsdecode(b"select '\xff'")], "Error: the statement is not valid UTF-8 (at character 9)"),
-        ([*pi_store[:-1], "postgresql+asyncpg://nowhere/x", "list"], "its driver is not installed"),
+        ([*pi_store[:-1], "postgresql+asyncpg://nowhere/x", "list"], "through psycopg 3, not asyncpg"),
         ([*pi_store[:-1], "~no-such-user-here/x.db", "list"], "Error: ~no-such-user-here/x.db: "),
         ([*pi_store[:-1], str(future), "list"], "made or upgraded by a newer pi-store"),
     ]

@@ -54,7 +54,6 @@ BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (PI_STORE_LOCK_TIMEOUT)
 CONNECT_TIMEOUT_S = 10
 _WRITE = "pi_store_write"
 _MIGRATION_LOCK = 0x70695F73746F7265  # "pi_store": the advisory lock key of schema migrations
-_POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg")
 
 ReadOnly = Literal["ro", "immutable"]
 T = TypeVar("T")
@@ -173,12 +172,26 @@ def parse_url(url: str | URL) -> URL:
     return parsed
 
 
+# The drivers a URL may name, for the sync and the async API alike (each API then uses its own:
+# ``sqlite``/``sqlite+aiosqlite``, ``postgresql+psycopg``/``postgresql+psycopg_async``): a URL
+# that works with one works with the other.
+_DRIVERS = {"sqlite": ("", "pysqlite", "aiosqlite"), "postgresql": ("", "psycopg", "psycopg_async")}
+
+
 def normalize_url(url: str | URL) -> URL:
-    """The URL with ``postgres://`` and ``postgresql://`` meaning ``postgresql+psycopg://``."""
+    """The URL as the sync API opens it: ``sqlite://`` (also when it names ``+pysqlite`` or
+    ``+aiosqlite``), ``postgresql+psycopg://`` (for ``postgres://``, ``postgresql://``,
+    ``+psycopg_async``); another driver is :class:`BadSetting` (psycopg2 and asyncpg were
+    refused by one API and silently replaced by the other)."""
     parsed = parse_url(url)
-    if parsed.drivername in _POSTGRES_DRIVERS or parsed.drivername.startswith("postgres+"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
+    backend, _, driver = parsed.drivername.partition("+")
+    backend = "postgresql" if backend == "postgres" else backend
+    if driver not in _DRIVERS[backend]:
+        ours = ("SQLite through Python's sqlite3", "sqlite:///FILE") if backend == "sqlite" else \
+            ("PostgreSQL through psycopg 3", "postgresql://...")
+        raise BadSetting(f"cannot open database {masked_url(str(url))}: pi-store reaches {ours[0]}, not {driver} "
+                         f"(write {ours[1]})")
+    return parsed.set(drivername="sqlite" if backend == "sqlite" else "postgresql+psycopg")
 
 
 def sqlite_path(url: str | URL) -> Path | None:
