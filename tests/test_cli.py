@@ -205,6 +205,20 @@ def test_odd_inputs_get_the_stores_own_words(tmp_path: Path) -> None:
         assert "Error:" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("database", ["{tmp}/caf\udce9.db", "sqlite:///{tmp}/caf\udce9.db"])
+def test_a_database_name_that_is_not_utf8_is_refused_before_anything_is_made(tmp_path: Path, database: str) -> None:
+    """The file was created, then the store's schema failed with UnicodeEncodeError (an
+    unexpected error): an empty database was left behind, and every later write failed alike."""
+    import os
+
+    named = database.format(tmp=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "store.cli", "--db", named, "import", str(SMALL)], capture_output=True,
+                          text=True, timeout=120, errors="surrogateescape")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "its name is not valid UTF-8" in done.stderr and "Traceback" not in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_one_letter_exclusion_is_part_of_the_query(tmp_path: Path) -> None:
     """``search foo -x`` failed with "No such option: -x": only longer words were exclusions."""
     import json

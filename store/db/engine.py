@@ -162,6 +162,12 @@ def parse_url(url: str | URL) -> URL:
     :class:`BadSetting` naming it (a port that is not a number, ``mysql://``)."""
     from sqlalchemy.exc import ArgumentError
 
+    if isinstance(url, str) and not url.isascii():
+        try:
+            url.encode()
+        except UnicodeEncodeError:  # a file name in another encoding (Python's surrogate escapes)
+            raise BadSetting(f"cannot open database {masked_url(url)}: its name is not valid UTF-8, which a "
+                             "database URL must be (rename the file)") from None
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
