@@ -16,6 +16,7 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@
 # and lone surrogates (not encodable as UTF-8)
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff"
                        "\ud800-\udfff]")
+LINE_BREAKS = re.compile("[\n\u2028\u2029]")
 
 
 def as_text(value: Any) -> str:
@@ -31,4 +32,14 @@ def as_text(value: Any) -> str:
 def visible(value: Any) -> str:
     """:func:`as_text` of ``value`` with ANSI sequences removed and invisible characters shown as
     ``⟨U+001B⟩``."""
-    return INVISIBLE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", ANSI.sub("", as_text(value)))
+    return INVISIBLE.sub(_shown, ANSI.sub("", as_text(value)))
+
+
+def one_line(value: Any) -> str:
+    """:func:`visible`, for a line that must stay one record (the CLI's piped plain lines): line
+    breaks (``\n``, and U+2028/U+2029, which ``str.splitlines`` splits at) shown as ``⟨U+000A⟩``."""
+    return LINE_BREAKS.sub(_shown, visible(value))
+
+
+def _shown(match: re.Match[str]) -> str:
+    return f"⟨U+{ord(match.group()):04X}⟩"

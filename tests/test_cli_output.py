@@ -265,3 +265,31 @@ def test_session_text_is_neither_markup_nor_terminal_control(tmp_path: Path, db_
         assert "\x1b" not in out and "\x07" not in out and "[red]z" in out, (args, out)  # as the web viewer shows it
     code, out, _ = cli(db_url, "list", "--json")  # the data formats keep the text as it is
     assert json.loads(out)[0]["firstMessage"] == "hi \x1b]0;PWNED\x07 [red]z\x1b[2J"
+
+
+def test_piped_plain_lines_stay_one_record_a_line(tmp_path: Path, db_url: str) -> None:
+    """Line breaks in a cwd, an entry id, a label, a model or a tool name split a record over
+    lines (scripts read the piped output a line a record), and an import's result line and its
+    warnings printed the file's own escape sequences."""
+    lines = ['{"type":"session","version":3,"id":"nl-s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w\\nx"}',
+             '{"type":"message","id":"a\\nb","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
+             '"message":{"role":"user","content":"zebracorn one","timestamp":1}}',
+             '{"type":"message","id":"c\\u2028d","parentId":"a\\nb","timestamp":"2025-01-01T00:00:02.000Z",'
+             '"message":{"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"re\\nad","arguments":{}}],'
+             '"api":"x","provider":"p\\nq","model":"m\\nn","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,'
+             '"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0.5}},'
+             '"stopReason":"toolUse","timestamp":2}}',
+             '{"type":"session_info","id":"e","parentId":"c\\u2028d","timestamp":"2025-01-01T00:00:03.000Z",'
+             '"name":"my\\nname"}',
+             '{"type":"future\\u001b[2J\\nkind","id":"f","parentId":"e","timestamp":"2025-01-01T00:00:04.000Z"}']
+    (tmp_path / "nl.jsonl").write_text("".join(line + "\n" for line in lines))
+    code, out, err = cli(db_url, "import", str(tmp_path / "nl.jsonl"))
+    assert code == 0 and len(out.splitlines()) == 1 and "\x1b" not in out + err, (out, err)
+    assert all(line.startswith(("warning: ", "1 file")) for line in err.splitlines()), err
+    for args, records in ((["list"], 1), (["search", "zebracorn"], 1), (["tree", "nl-s"], 4),
+                          (["stats", "--by", "model"], 2), (["stats", "--by", "cwd"], 1),
+                          (["stats", "--by", "tool"], 1)):
+        code, out, err = cli(db_url, *args)
+        assert code == 0 and len(out.splitlines()) == records, (args, out, err)
+    code, out, _ = cli(db_url, "stats", "nl-s")
+    assert code == 0 and "p⟨U+000A⟩q/m⟨U+000A⟩n" in out and "Session nl-s" in out

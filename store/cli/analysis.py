@@ -18,7 +18,7 @@ from store.cli.output import (
     write_nl,
     write_rows,
 )
-from store.visible_text import visible
+from store.visible_text import one_line, visible
 
 if TYPE_CHECKING:
     from store.analysis.search import SearchHit
@@ -211,7 +211,7 @@ def _breakdown(session: str | None, by: str, since: str | None, until: str | Non
     rows = [_flat(group.to_json()) for group in result.rows]
     if shown == "plain":
         for row in rows:
-            click.echo(visible(_breakdown_line(row, tool=by == "tool")))
+            click.echo(one_line(_breakdown_line(row, tool=by == "tool")))
         return
     columns = (Column("key", by, text=lambda v: "-" if v is None else v), *BREAKDOWN_COLUMNS)
     if shown == "table" and by == "tool":  # a tool has no usage of its own: empty columns left out
@@ -283,7 +283,7 @@ MODEL_COLUMNS = (
 def _stats_text(stats: SessionStats, *, by_model: bool) -> str:
     tokens = stats.tokens
     lines = [
-        f"Session {stats.session_id}" if stats.session_id else f"All sessions ({stats.sessions})",
+        f"Session {one_line(stats.session_id)}" if stats.session_id else f"All sessions ({stats.sessions})",
         f"Messages: {stats.total_messages} (user {stats.user_messages}, assistant {stats.assistant_messages}, "
         f"tool results {stats.tool_results}); {plural(stats.tool_calls, 'tool call')}",
         f"Tokens: input {tokens.input:,} · output {tokens.output:,} · cache read {tokens.cache_read:,} · "
@@ -293,7 +293,7 @@ def _stats_text(stats: SessionStats, *, by_model: bool) -> str:
     if stats.models and by_model:
         lines.append("By model:")
         for usage in stats.models:
-            name = f"{usage.provider}/{usage.model}" if usage.model else "(summaries, tool results)"
+            name = one_line(f"{usage.provider}/{usage.model}") if usage.model else "(summaries, tool results)"
             lines.append(f"  {name:40} {plural(usage.records, 'record'):>14} {usage.tokens.total:14,} tokens  "
                          f"${usage.cost:.4f}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from store.cli.app import current_store, emit, main
-from store.visible_text import visible
+from store.visible_text import one_line
 
 
 @main.group("claims", invoke_without_command=True)
@@ -27,7 +27,7 @@ def claims_group(ctx: click.Context, as_json: bool) -> None:
     for claim in claims:
         doc = claim.to_json(now)
         state = "live" if doc["live"] else "expired"
-        click.echo(visible(f"{claim.session_id}  {claim.owner}  token {claim.token}  {state} "
+        click.echo(one_line(f"{claim.session_id}  {claim.owner}  token {claim.token}  {state} "
                            f"(expires {doc['expires'] or 'never'})"))
 
 

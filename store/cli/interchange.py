@@ -36,7 +36,7 @@ from store.interchange.verifying import (
     verify_session,
 )
 from store.session_store import SessionStore
-from store.visible_text import visible
+from store.visible_text import one_line
 
 _PROGRESS = click.Choice(["auto", "bar", "json", "none"])
 
@@ -124,13 +124,13 @@ def _print_report(report: ImportReport, as_json: bool, echo: Callable[..., None]
     else:
         detail = (f" ({plural(report.lines, 'line')}, {plural(report.bytes, 'byte')})"
                   if report.imported else "")
-        echo(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}")
-        for warning in report.warnings:
-            echo(f"warning: {warning}", err=True)
+        echo(one_line(f"{report.status} {report.session_id or '-'} <- {report.path}{detail}"))
+        for warning in report.warnings:  # a file's own text (an entry type, say) shown, not obeyed
+            echo(one_line(f"warning: {warning}"), err=True)
     if report.note:
-        echo(f"note: {report.note}", err=True)
+        echo(one_line(f"note: {report.note}"), err=True)
     if report.error:
-        echo(f"error: {report.error}", err=True)
+        echo(one_line(f"error: {report.error}"), err=True)
 
 
 def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, prefer: str | None,
@@ -345,7 +345,7 @@ def verify_command(session: str | None, everything: bool, full: bool, as_json: b
         if as_json:
             emit(health.to_json())
             continue
-        click.echo(visible(f"{health.session_id}: {health.describe()}"))
+        click.echo(one_line(f"{health.session_id}: {health.describe()}"))
         for detail in health.details:
             click.echo(f"  {detail}")
     damaged = counts[DAMAGED] + (database is not None and not database.ok)

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from store.visible_text import visible
+from store.visible_text import one_line, visible
 
 FORMATS = ("json", "nl", "csv", "tsv", "table")
 
@@ -148,8 +148,8 @@ def write_rows(fmt: str, columns: Sequence[Column], rows: Iterable[dict], plain:
     elif fmt == "table":
         write_table(columns, rows, styles=styles)
     else:
-        for row in rows:
-            click.echo(visible(plain(row)))
+        for row in rows:  # one record a line, whatever its text holds
+            click.echo(one_line(plain(row)))
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:

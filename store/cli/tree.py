@@ -9,7 +9,7 @@ import click
 
 from store.cli.app import current_store, main
 from store.cli.output import Column, format_options, resolve, write_json_list, write_rows
-from store.visible_text import visible
+from store.visible_text import one_line
 
 TREE_COLUMNS = (
     Column("id", "id"),
@@ -81,7 +81,7 @@ def _draw(roots: list) -> Iterator[str]:
             label = f" [{_printable(item.label)}]" if item.label else ""
             text = item.text if len(item.text) <= DRAWN_CHARS else item.text[: DRAWN_CHARS - 1] + "…"
             head = f"{_printable(item.entry_id)} {kind}{label}: {_printable(text)}"
-        line = visible(f"{prefix}{connector}{mark}{head}")
+        line = one_line(f"{prefix}{connector}{mark}{head}")
         yield click.style(line, bold=True) if item.on_path else line
         stack.append((item.children, 0, prefix + (("   " if last else "│  ") if many else "")))
 
