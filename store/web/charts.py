@@ -1,9 +1,13 @@
 """Usage charts as inline SVG written here (no script, no charting library): tokens per day
-stacked by model, and cost per model. Labels are untrusted text and are escaped."""
+stacked by model, and cost per model. Labels are untrusted text: cleaned as everywhere else on
+the page (``store.visible_text.visible``: escape sequences dropped, bidi overrides and other
+invisible characters shown) and escaped."""
 
 from __future__ import annotations
 
 from markupsafe import Markup, escape
+
+from store.visible_text import visible
 
 PALETTE = ("#3b6ea8", "#d08a2e", "#4f9a64", "#b5493f", "#7d5ba6", "#2f8f93", "#a6795b", "#8a8a8a")
 OTHER = "other models"
@@ -15,6 +19,10 @@ def model_name(item: dict) -> str:
     if not item.get("model"):
         return "(no model)"
     return f"{item['provider']}/{item['model']}" if item.get("provider") else item["model"]
+
+
+def _label(text: str) -> Markup:
+    return escape(visible(text))
 
 
 def _number(value: float) -> str:
@@ -60,13 +68,13 @@ def tokens_by_day(by_day: list[dict], width: int = 640, height: int = 220) -> Ma
             h = plot_h * value / top
             y -= h
             parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{colour[name]}">'
-                         f'<title>{escape(day)} · {escape(name)}: {value:,} tokens</title></rect>')
+                         f'<title>{_label(day)} · {_label(name)}: {value:,} tokens</title></rect>')
         if index % label_every == 0:
             parts.append(f'<text x="{x + bar / 2:.1f}" y="{height - bottom + 16}" class="axis" '
-                         f'text-anchor="middle">{escape(day[5:] if len(day) == 10 else day)}</text>')
+                         f'text-anchor="middle">{_label(day[5:] if len(day) == 10 else day)}</text>')
     parts.append("</svg>")
     legend = "".join(f'<span class="key"><svg width="10" height="10"><rect width="10" height="10" fill="{c}"/></svg>'
-                     f'{escape(m)}</span>' for m, c in colour.items())
+                     f'{_label(m)}</span>' for m, c in colour.items())
     return Markup("".join(parts) + f'<div class="legend">{legend}</div>')
 
 
@@ -83,9 +91,9 @@ def cost_by_model(models: list[dict], width: int = 640) -> Markup:
         y = 3 + index * line
         w = (width - label_w - 150) * item["cost"] / top
         parts.append(f'<text x="{label_w - 8}" y="{y + 15}" class="axis" text-anchor="end">'
-                     f'{escape(model_name(item)[:34])}</text>'
+                     f'{_label(model_name(item)[:34])}</text>'
                      f'<rect x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" height="{line - 8}" '
-                     f'fill="{PALETTE[index % len(PALETTE)]}"><title>{escape(model_name(item))}</title></rect>'
+                     f'fill="{PALETTE[index % len(PALETTE)]}"><title>{_label(model_name(item))}</title></rect>'
                      f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" class="axis">${item["cost"]:.4f} · '
                      f'{_number(item["tokens"]["total"])} tok</text>')
     parts.append("</svg>")

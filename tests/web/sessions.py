@@ -64,6 +64,12 @@ def hostile(path: Path) -> Path:
         _tool_result("h3", "h2", 3, HOSTILE_TEXT + "\n" * 40 + "tail"),
         {"type": "label", "id": "h4", "parentId": "h3", "timestamp": _ts(4), "targetId": "h2", "label": HOSTILE_TEXT},
         {"type": "session_info", "id": "h5", "parentId": "h4", "timestamp": _ts(5), "name": HOSTILE_TEXT},
+        # off the path (the leaf stays h7): a model named by the session, charted on /usage, and a
+        # compaction whose token count is text
+        {**(side := _assistant("h8", "h1", 8, "a side answer")),
+         "message": {**side["message"], "provider": HOSTILE_TEXT, "model": HOSTILE_TEXT}},
+        {"type": "compaction", "id": "h9", "parentId": "h8", "timestamp": _ts(9), "summary": HOSTILE_TEXT,
+         "firstKeptEntryId": "h8", "tokensBefore": HOSTILE_TEXT},
         {"type": "message", "id": "h6", "parentId": "h5", "timestamp": _ts(6),
          "message": {"role": "user", "timestamp": _ms(6), "content": [
              {"type": "text", "text": "an image:"}, {"type": "image", "mimeType": "image/png", "data": PNG_1PX},

@@ -20,6 +20,7 @@ SCRIPT = re.compile(r"<script", re.IGNORECASE)
 
 def test_hostile_content_is_escaped(served: Served) -> None:
     for path in (f"/sessions/{sessions.HOSTILE_ID}", f"/sessions/{sessions.HOSTILE_ID}?leaf=h3",
+                 f"/sessions/{sessions.HOSTILE_ID}?leaf=h9", "/usage", f"/usage?session={sessions.HOSTILE_ID}",
                  "/?q=pwned", "/?q=click", "/"):
         page = served.get(path)
         assert page.status_code == 200, path
