@@ -85,6 +85,13 @@ def session_stats(engine: Engine, session_id: str | None = None) -> SessionStats
         return _stats(conn, session_id, session_pk)
 
 
+def names_order(*names: str | None) -> tuple:
+    """A sort key for text columns that both engines' rows share: NULL first, then code point
+    order (SQLite's own; PostgreSQL's ``ORDER BY`` put NULL last and followed the database's
+    collation, so ties of cost came out in another order)."""
+    return tuple((name is not None, name or "") for name in names)
+
+
 # all sessions: the same sums, from the totals kept per session and day (migration 0012)
 _KEPT_COUNTS = """SELECT coalesce(sum(messages), 0) AS total, coalesce(sum(user_messages), 0) AS user_messages,
        coalesce(sum(assistant_messages), 0) AS assistant_messages, coalesce(sum(tool_results), 0) AS tool_results,
@@ -94,7 +101,7 @@ _KEPT_MODELS = """SELECT NULLIF(provider, '') AS provider, NULLIF(model, '') AS 
        {add}(input) AS input, {add}(output) AS output, {add}(cache_read) AS cache_read,
        {add}(cache_write) AS cache_write, sum(cost) AS cost
 FROM activity_days WHERE calls > 0
-GROUP BY provider, model ORDER BY cost DESC, provider, model"""
+GROUP BY provider, model"""
 
 
 def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> SessionStats:
@@ -119,7 +126,7 @@ def _stats(conn: Connection, session_id: str | None, session_pk: int | None) -> 
                {add}(usage_input) AS input, {add}(usage_output) AS output, {add}(usage_cache_read) AS cache_read,
                {add}(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
         FROM entries WHERE has_usage = 1{only}
-        GROUP BY provider, model ORDER BY cost DESC, provider, model"""), params).all()
+        GROUP BY provider, model"""), params).all()
     sums = [0, 0, 0, 0, 0.0]  # in file order, like Pi
     for row in conn.execute(text(
         "SELECT usage_input, usage_output, usage_cache_read, usage_cache_write, usage_cost FROM entries "
@@ -143,5 +150,5 @@ def _totals(session_id: str | None, sessions: int, counts, models: list, sums: l
         models=[ModelUsage(m.provider, m.model, int(m.records),
                            Tokens(int(m.input), int(m.output), int(m.cache_read), int(m.cache_write)),
                            reported_cost(m.cost))
-                for m in models],
+                for m in sorted(models, key=lambda m: (-m.cost, *names_order(m.provider, m.model)))],
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, text
 
-from store.analysis.stats import Tokens
+from store.analysis.stats import Tokens, names_order
 from store.db import queries
 from store.db.stored_text import db_text
 
@@ -40,8 +40,8 @@ def usage_by_day(conn: Connection, session_pk: int | None = None) -> list[DayUsa
                {add}(usage_input) AS input, {add}(usage_output) AS output, {add}(usage_cache_read) AS cache_read,
                {add}(usage_cache_write) AS cache_write, sum(usage_cost) AS cost
         FROM entries WHERE has_usage = 1{only}
-        GROUP BY substr(timestamp, 1, 10), provider, model
-        ORDER BY day, provider, model"""), {"spk": session_pk}).all()
+        GROUP BY substr(timestamp, 1, 10), provider, model"""), {"spk": session_pk}).all()
+    rows.sort(key=lambda r: (*names_order(r.day), *names_order(r.provider, r.model)))
     return [DayUsage(r.day, r.provider, r.model,
                      Tokens(int(r.input), int(r.output), int(r.cache_read), int(r.cache_write)), float(r.cost))
             for r in rows]
@@ -56,10 +56,10 @@ def main_models(conn: Connection, session_ids: list[str]) -> dict[str, str]:
         SELECT s.session_id, e.provider, e.model, count(*) AS records
         FROM sessions AS s JOIN entries AS e ON e.session_pk = s.pk
         WHERE s.session_id IN :ids AND e.has_usage = 1 AND e.model <> ''
-        GROUP BY s.session_id, e.provider, e.model
-        ORDER BY s.session_id, records, e.provider, e.model""").bindparams(bindparam("ids", expanding=True))
+        GROUP BY s.session_id, e.provider, e.model""").bindparams(bindparam("ids", expanding=True))
     given = {db_text(session_id): session_id for session_id in session_ids}  # the column holds db_text's form
     out: dict[str, str] = {}
-    for row in conn.execute(stmt, {"ids": list(given)}):
+    rows = conn.execute(stmt, {"ids": list(given)}).all()
+    for row in sorted(rows, key=lambda r: (r.records, *names_order(r.provider, r.model))):
         out[given[row.session_id]] = f"{row.provider}/{row.model}" if row.provider else row.model
     return out
