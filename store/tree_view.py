@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.format import js_stringify
 from store.tree import TreeNode
 from store.visible_text import as_text
 
@@ -54,7 +55,7 @@ class TreeItem:
     is_leaf: bool = False
     selected: bool = False
     folded: int = 0
-    fold_key: str | None = None
+    fold_key: str | None = None  # a fold's: id_key of its first entry's id
     last_id: str | None = None
     children: list[TreeItem] = field(default_factory=list)
     entry: Any = None  # the source entry (for summaries)
@@ -130,7 +131,7 @@ def tree_structure(
     folded (None: none), except those whose first entry id is in ``open_folds`` (the keys that
     opened a run are added to ``opened_runs``, when given); ``summaries``: the texts of a list
     of entries (default: :func:`entry_summary` of each)."""
-    path = {i for i in path_ids if isinstance(i, str)}
+    path = {id_key(i) for i in path_ids if i is not None}
     opened = set(open_folds)
     root_ids = {id(root) for root in roots}
     seen: set[int] = set()
@@ -160,13 +161,13 @@ def tree_structure(
                 seen.add(id(node))
                 run.append(node)
                 node = node.children[0]
-        if run and len(run) >= min_fold and _id(run[0]) not in opened:
+        if run and len(run) >= min_fold and id_key(_id(run[0])) not in opened:
             fold = _fold_item(run, path)
             siblings.append(fold)
             siblings = fold.children
         else:
             if run and len(run) >= min_fold and opened_runs is not None:
-                opened_runs.add(_id(run[0]))
+                opened_runs.add(id_key(_id(run[0])))
             for member in run:
                 item = make(member)
                 siblings.append(item)
@@ -187,6 +188,13 @@ def _id(node: TreeNode) -> Any:
     return node.entry.get("id") if isinstance(node.entry, dict) else None
 
 
+def id_key(entry_id: Any) -> str:
+    """An entry id as text that a URL can carry (a fold's ``?open=`` key) and the path can be
+    matched on: a string as it is, an id of another JSON type (Pi keeps them) as its JSON, a
+    missing one as ``null``."""
+    return entry_id if isinstance(entry_id, str) else js_stringify(entry_id)
+
+
 def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str | None) -> TreeItem:
     entry = node.entry if isinstance(node.entry, dict) else {}
     entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
@@ -201,7 +209,7 @@ def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str 
         role,
         label=label,
         branches=len(node.children),
-        on_path=entry_id in path,
+        on_path=entry.get("id") is not None and id_key(entry.get("id")) in path,
         is_leaf=entry_id is not None and entry_id == leaf_id,
         selected=entry_id is not None and entry_id == selected_id,
         entry=node.entry,
@@ -217,10 +225,9 @@ def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
         key = role if isinstance(role, str) else entry.get("type") if isinstance(entry.get("type"), str) else "entry"
         counts[key] = counts.get(key, 0) + 1
     text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    first, last = (value if isinstance(value := _id(node), str) else None for node in (run[0], run[-1]))
-    return TreeItem(
-        "fold", None, None, None, text, on_path=first in path, folded=len(run), fold_key=first, last_id=last
-    )
+    first, last = _id(run[0]), _id(run[-1])
+    return TreeItem("fold", None, None, None, text, on_path=first is not None and id_key(first) in path,
+                    folded=len(run), fold_key=id_key(first), last_id=last if isinstance(last, str) else None)
 
 
 def layout(items: list[TreeItem]) -> list[TreeRow]:

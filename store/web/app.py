@@ -263,6 +263,7 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
                                                  params.getlist("open"), tail, context=True, context_tail=ctx_tail)
         return page("session.html", doc=doc, info=doc["session"], branch=branch,  # links keep the folds it opened
                     skipped=len(doc["pathIds"]) - len(branch),
+                    shown_ids={e.get("id") for e in branch if isinstance(e, dict) and isinstance(e.get("id"), str)},
                     context=context, opened=doc["openFolds"], keep=str(data.KEEP))
 
     def api_sessions(request: Request, params: QueryParams) -> Response:

@@ -39,6 +39,21 @@ def test_selected_entry_splits_a_fold(tmp_path: Path) -> None:
     assert items[2].selected and items[2].on_path and items[1].on_path and not items[3].on_path
 
 
+def test_a_fold_whose_first_id_is_not_a_string_opens_and_is_on_the_path(tmp_path: Path) -> None:
+    """Its key was None: the page linked ``?open=None``, which never opened it, and the fold (and
+    every entry with such an id) was never on the path."""
+    entries = entries_of(sessions.long_linear(tmp_path / "long.jsonl", count=12))
+    for n in range(1, 11):  # ids 1..10, numbers (Pi keeps them), each the parent of the next
+        entries[n] = {**entries[n], "id": n, "parentId": entries[0]["id"] if n == 1 else n - 1}
+    entries[11] = {**entries[11], "parentId": 10}
+    path = [entries[0]["id"], *range(1, 11), entries[11]["id"]]
+    rows = tree_rows(build_tree(entries), leaf_id=entries[11]["id"], path_ids=path)
+    fold = rows[1].item
+    assert fold.kind == "fold" and fold.fold_key == "1" and fold.on_path
+    opened = tree_rows(build_tree(entries), leaf_id=entries[11]["id"], path_ids=path, open_folds={fold.fold_key})
+    assert [r.item.kind for r in opened] == ["entry"] * 12 and all(r.item.on_path for r in opened)
+
+
 def test_branches_hang_off_one_main_line(tmp_path: Path) -> None:
     entries = entries_of(sessions.branchy(tmp_path / "branchy.jsonl", branches=100))
     rows = tree_rows(build_tree(entries), leaf_id="T099a5", min_fold=10**9)
@@ -96,3 +111,20 @@ def test_cli_tree_of_a_long_session(served_sqlite: Served) -> None:
     assert [n[6] for n in _cli_nodes(folded)] == [0, 4998, 0]
     drawn = pi_store(served_sqlite.db_url, "tree", sessions.LONG_ID, "--full").stdout.splitlines()
     assert len(drawn) == 5000 and drawn[-1] == "* L04999 assistant: reading src/mod52.py → read()"
+
+
+def test_context_links_reach_their_entry_on_the_page_they_open(served_sqlite: Served) -> None:
+    """The context pane lists the last 300 messages, the conversation the last 200 entries: a
+    link to an older message's entry pointed at an anchor that was not on the page."""
+    import html as html_lib
+    import re
+
+    page = served_sqlite.get(f"/sessions/{sessions.LONG_ID}").text
+    shown = set(re.findall(r'<article id="e-([^"]+)"', page))
+    links = re.findall(r'<a class="meta id" href="([^"]+)">L\d+</a>', page.split('aria-label="what the model sees"')[1])
+    assert len(links) >= 250 and len(shown) == 200
+    for link in map(html_lib.unescape, links):
+        anchor = link.rsplit("#e-", 1)[1]
+        assert ("all=1" in link) == (anchor not in shown), link
+    opened = served_sqlite.get(html_lib.unescape(links[0])).text  # the oldest: on the whole conversation
+    assert f'<article id="e-{links[0].rsplit("#e-", 1)[1]}"' in opened
