@@ -293,3 +293,17 @@ def test_piped_plain_lines_stay_one_record_a_line(tmp_path: Path, db_url: str) -
         assert code == 0 and len(out.splitlines()) == records, (args, out, err)
     code, out, _ = cli(db_url, "stats", "nl-s")
     assert code == 0 and "p⟨U+000A⟩q/m⟨U+000A⟩n" in out and "Session nl-s" in out
+
+
+def test_search_shows_a_snippets_text_as_written(tmp_path: Path, db_url: str) -> None:
+    """The snippet is an HTML fragment (its text escaped): the terminal shows the text."""
+    lines = ['{"type":"session","version":3,"id":"mk-s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/e"}',
+             '{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
+             '"message":{"role":"user","content":"if a < b && <mark>c</mark> zebracorn","timestamp":1}}']
+    (tmp_path / "mk.jsonl").write_text("".join(line + "\n" for line in lines))
+    assert cli(db_url, "import", str(tmp_path / "mk.jsonl"))[0] == 0
+    for args in (["search", "zebracorn"], ["search", "zebracorn", "--table"]):
+        code, out, _ = cli(db_url, *args)
+        assert code == 0 and "if a < b && <mark>c</mark> zebracorn" in " ".join(out.split()), (args, out)
+    code, out, _ = cli(db_url, "search", "zebracorn", "--json")
+    assert json.loads(out)[0]["snippet"] == "if a &lt; b &amp;&amp; &lt;mark&gt;c&lt;/mark&gt; <mark>zebracorn</mark>"

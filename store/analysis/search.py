@@ -20,6 +20,7 @@ Hits come newest first (by storage order), ``limit`` at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, text
@@ -201,7 +202,9 @@ def _snippets(conn: Connection, query: fts.Query, keys: list[tuple[int, int]]) -
 
 
 def highlight(body: str, query: fts.Query, words: int = _SNIPPET_WORDS) -> str:
-    """About ``words`` words of ``body`` around the first matching one, matches in ``<mark>``."""
+    """About ``words`` words of ``body`` around the first matching one, as an HTML fragment: the
+    text escaped (``&amp; &lt; &gt;``), the matches in ``<mark>`` (the only markup, so that a
+    ``<mark>`` the text itself holds is not taken for a match)."""
     exact, prefixes = set(), []
     for terms in query.alternatives:
         for term in terms:
@@ -219,15 +222,19 @@ def highlight(body: str, query: fts.Query, words: int = _SNIPPET_WORDS) -> str:
     start = max(0, min(first - words // 3, len(tokens) - words))
     window = tokens[start:start + words]
     if not window:
-        return body[:200]
+        return _text(body[:200])
     out, position = [], window[0].start()
     for token in window:
-        out.append(body[position:token.start()])
-        out.append(f"<mark>{token.group()}</mark>" if matches(token.group()) else token.group())
+        out.append(_text(body[position:token.start()]))
+        out.append(f"<mark>{_text(token.group())}</mark>" if matches(token.group()) else _text(token.group()))
         position = token.end()
-    head = "…" if start > 0 else body[:window[0].start()]
-    tail = "…" if start + words < len(tokens) else body[position:]
+    head = "…" if start > 0 else _text(body[:window[0].start()])
+    tail = "…" if start + words < len(tokens) else _text(body[position:])
     return head + "".join(out) + tail
+
+
+def _text(part: str) -> str:
+    return escape(part, quote=False)
 
 
 _SESSION = text("""

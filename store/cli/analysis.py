@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 from typing import TYPE_CHECKING
@@ -134,7 +135,8 @@ SEARCH_COLUMNS = (
 
 
 def _unmarked(snippet: str) -> str:
-    return snippet.replace("<mark>", "").replace("</mark>", "")
+    """A snippet's text (``search.highlight`` gives an HTML fragment: its text escaped)."""
+    return html.unescape(snippet.replace("<mark>", "").replace("</mark>", ""))
 
 
 def _marked(row: dict) -> object:
@@ -143,7 +145,7 @@ def _marked(row: dict) -> object:
 
     text = Text()
     for i, part in enumerate(re.split(r"</?mark>", " ".join(row["snippet"].split()))):
-        text.append(visible(part), style="bold yellow reverse" if i % 2 else None)
+        text.append(visible(html.unescape(part)), style="bold yellow reverse" if i % 2 else None)
     return text
 
 

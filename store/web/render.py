@@ -7,6 +7,7 @@ message stays its text. Images become ``data:`` URLs only for raster types with 
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -105,9 +106,14 @@ def _output(value: Any) -> Markup:
 
 
 def snippet(value: str) -> Markup:
-    """A search snippet: its text escaped, then only ``<mark>`` and ``</mark>`` given back."""
-    escaped = str(escape(clean(value)))
-    return Markup(escaped.replace("&lt;mark&gt;", "<mark>").replace("&lt;/mark&gt;", "</mark>"))
+    """A search snippet (``search.highlight``: an HTML fragment, ``<mark>`` its only tags): each
+    piece of text between the tags cleaned as text (its entities read first) and escaped again."""
+    pieces = _MARKS.split(value)
+    return Markup("".join(piece if n % 2 else str(escape(clean(html.unescape(piece))))
+                          for n, piece in enumerate(pieces)))
+
+
+_MARKS = re.compile("(</?mark>)")
 
 
 def entry_body(entry: Any) -> Markup:

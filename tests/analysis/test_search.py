@@ -281,3 +281,18 @@ def test_cli_search_json(store: SessionStore, db_url: str) -> None:
     bad = subprocess.run([sys.executable, "-m", "store.cli", "--db", db_url, "search", "-"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "nothing to search" in bad.stderr
+
+
+def test_a_snippet_marks_only_the_matches(store: SessionStore) -> None:
+    """A ``<mark>`` written in the text came out as a highlight (the page showed "important" as a
+    match, and JSON readers could not tell the text's tags from the matches): the snippet is an
+    HTML fragment, its text escaped."""
+    from store.web.render import snippet
+
+    sm = store.create("/w")
+    sm.append_message({"role": "user", "content": "In HTML write <mark>important</mark> then zebracorn & co",
+                       "timestamp": 1})
+    hit = only(store.search("zebracorn"))
+    assert hit.snippet == "In HTML write &lt;mark&gt;important&lt;/mark&gt; then <mark>zebracorn</mark> &amp; co"
+    assert str(snippet(hit.snippet)) == hit.snippet  # the viewer shows it as it is (one highlight)
+    assert str(snippet("\x1b[31m<a> & <mark>b</mark>")) == "&lt;a&gt; &amp; <mark>b</mark>"
