@@ -12,6 +12,7 @@ stored only when asked (``keep_non_sessions``).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -192,12 +193,13 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     paths = list(paths)
     named = {os.path.realpath(path) for path in paths if not Path(path).is_dir()}
 
-    def one(index: int, path: Path, *, fork: bool = True) -> ImportReport:
+    def one(index: int, path: Path, *, fork: bool = True, stop: threading.Event | None = None) -> ImportReport:
         if on_file is not None:
             on_file(index, path)
         keep = keep_non_sessions or os.path.realpath(path) in named
         return import_one(store, path, strict=strict, replace=replace, prefer=prefer, keep_non_sessions=keep,
-                          progress=progress, settle=settle, fork=fork)
+                          progress=progress if stop is None else _stoppable(progress, stop), settle=settle,
+                          fork=fork)
 
     unreadable: list[OSError] = []
     files = session_files(paths, unreadable)
@@ -233,14 +235,17 @@ def default_jobs(store: SessionStore) -> int:
 def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport]) -> Iterator[ImportReport]:
     """Import ``files`` on ``jobs`` threads, each file in its own transaction as always, the
     reports in file order, each file started after the files :func:`start_after` names. Big
-    files are read in this process (no forked reader next to other threads)."""
+    files are read in this process (no forked reader next to other threads). When the caller
+    stops (Ctrl-C, or it reads no more reports), the files being stored stop at their next read
+    and roll back, rather than being waited for (a Ctrl-C took as long as the biggest file)."""
     futures: list[Future] = []
     pending: deque[Future] = deque()
+    stop = threading.Event()
 
     def run(index: int, path: Path, before: list[Future]) -> ImportReport:
         for future in before:  # submitted earlier: running or done (the pool takes work in order)
             future.result()
-        return one(index, path, fork=False)
+        return one(index, path, fork=False, stop=stop)
 
     with ThreadPoolExecutor(jobs, thread_name_prefix="pi-store-import") as pool:
         try:
@@ -253,8 +258,24 @@ def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport])
             while pending:
                 yield pending.popleft().result()
         finally:
-            for future in pending:  # the caller stopped reading the reports: no new files
+            stop.set()  # the caller stopped reading the reports: no new files, the running ones end
+            for future in pending:
                 future.cancel()
+
+
+class ImportStopped(KeyboardInterrupt):
+    """Raised in a file's import thread when the folder's import stops (:func:`_in_parallel`):
+    not an ``Exception``, so that the file is not reported as failed: its transaction rolls back."""
+
+
+def _stoppable(progress: Callable[[int], None] | None, stop: threading.Event) -> Callable[[int], None]:
+    """``progress``, raising :class:`ImportStopped` at each read once ``stop`` is set."""
+    def read(size: int) -> None:
+        if stop.is_set():
+            raise ImportStopped
+        if progress is not None:
+            progress(size)
+    return read
 
 
 def start_after(sessions: list[str | None]) -> list[list[int]]:

@@ -105,3 +105,32 @@ def test_files_of_one_session_and_unknown_sessions_wait_for_each_other() -> None
         [], [], [0], [0, 1, 2], [1, 3], [3], [3, 4, 5], [2, 6]]
     assert start_after([]) == [] and start_after([None, None]) == [[], [0]]
 
+
+
+def test_ctrl_c_stops_the_files_being_stored_instead_of_waiting_for_them(tmp_path: Path) -> None:
+    """The pool's threads went on with the files they had started, and the command ended only when
+    the biggest was stored (12 s after Ctrl-C for a 67 MB file), storing files it never reported."""
+    import json
+    import signal
+    import subprocess
+
+    from tests.interchange.test_sync import _big_session, cli
+
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "sessions" / "small-seed7-0.jsonl", folder / "a.jsonl")
+    _big_session(folder / "b.jsonl", 40_000)  # 40 MB: seconds of work on any machine
+    with scratch_pg_database("pi_store_stop") as url:
+        process = subprocess.Popen(cli(url, "import", str(folder.parent), "--json"), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            first = json.loads(process.stdout.readline())  # a.jsonl stored: b.jsonl is being stored
+            assert first["status"] == "imported" and first["path"].endswith("a.jsonl"), first
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=120)
+        finally:
+            process.kill()
+        assert process.returncode == 130, err
+        with SessionStore.connect(url) as store:
+            assert [info.id for info in store.list_all()] == [first["sessionId"]]  # b.jsonl rolled back
