@@ -31,6 +31,7 @@ from typing import Any
 
 from store.format import js_stringify
 from store.tree import TreeNode
+from store.tree_columns import id_key as path_key
 from store.visible_text import as_text
 
 # Entry types that always get a row of their own (they change what the model sees or is set to).
@@ -131,7 +132,7 @@ def tree_structure(
     folded (None: none), except those whose first entry id is in ``open_folds`` (the keys that
     opened a run are added to ``opened_runs``, when given); ``summaries``: the texts of a list
     of entries (default: :func:`entry_summary` of each)."""
-    path = {id_key(i) for i in path_ids if i is not None}
+    path = {key for i in path_ids if (key := path_key(i)) is not None}  # "1" and 1 are two ids, as in Pi
     opened = set(open_folds)
     root_ids = {id(root) for root in roots}
     seen: set[int] = set()
@@ -189,10 +190,16 @@ def _id(node: TreeNode) -> Any:
 
 
 def id_key(entry_id: Any) -> str:
-    """An entry id as text that a URL can carry (a fold's ``?open=`` key) and the path can be
-    matched on: a string as it is, an id of another JSON type (Pi keeps them) as its JSON, a
-    missing one as ``null``."""
+    """An entry id as text that a URL can carry (a fold's ``?open=`` key): a string as it is, an
+    id of another JSON type (Pi keeps them) as its JSON, a missing one as ``null`` (a string id
+    spelled the same opens that fold too: harmless)."""
     return entry_id if isinstance(entry_id, str) else js_stringify(entry_id)
+
+
+def _on(entry_id: Any, path: set) -> bool:
+    """Whether the entry with ``entry_id`` is on the path (ids compared as Pi's ``byId`` does)."""
+    key = path_key(entry_id)
+    return key is not None and key in path
 
 
 def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str | None) -> TreeItem:
@@ -209,7 +216,7 @@ def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str 
         role,
         label=label,
         branches=len(node.children),
-        on_path=entry.get("id") is not None and id_key(entry.get("id")) in path,
+        on_path=_on(entry.get("id"), path),
         is_leaf=entry_id is not None and entry_id == leaf_id,
         selected=entry_id is not None and entry_id == selected_id,
         entry=node.entry,
@@ -226,7 +233,7 @@ def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
         counts[key] = counts.get(key, 0) + 1
     text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     first, last = _id(run[0]), _id(run[-1])
-    return TreeItem("fold", None, None, None, text, on_path=first is not None and id_key(first) in path,
+    return TreeItem("fold", None, None, None, text, on_path=_on(first, path),
                     folded=len(run), fold_key=id_key(first), last_id=last if isinstance(last, str) else None)
 
 

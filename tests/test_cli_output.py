@@ -307,3 +307,13 @@ def test_search_shows_a_snippets_text_as_written(tmp_path: Path, db_url: str) ->
         assert code == 0 and "if a < b && <mark>c</mark> zebracorn" in " ".join(out.split()), (args, out)
     code, out, _ = cli(db_url, "search", "zebracorn", "--json")
     assert json.loads(out)[0]["snippet"] == "if a &lt; b &amp;&amp; &lt;mark&gt;c&lt;/mark&gt; <mark>zebracorn</mark>"
+
+
+def test_export_all_reports_one_line_a_session(tmp_path: Path, db_url: str) -> None:
+    lines = ['{"type":"session","version":3,"id":"ev\\nil","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/e"}',
+             '{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
+             '"message":{"role":"user","content":"hi","timestamp":1}}']
+    (tmp_path / "ev.jsonl").write_text("".join(line + "\n" for line in lines))
+    assert cli(db_url, "import", str(tmp_path / "ev.jsonl"))[0] == 0
+    code, out, err = cli(db_url, "export", "--all", str(tmp_path / "out"))
+    assert code == 0 and len(out.splitlines()) == 1 and out.startswith("ev⟨U+000A⟩il -> "), (out, err)

@@ -353,23 +353,28 @@ main(sys.argv[1:], prog_name="pi-store")
 """
 
 
-def test_ctrl_c_while_the_store_closes_exits_130_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damaged", [False, True])
+def test_ctrl_c_while_the_store_closes_exits_130_quietly(tmp_path: Path, damaged: bool) -> None:
     """The store was closed after the command, outside its handling of Ctrl-C: click printed
-    "Aborted!" and the exit status was 1."""
+    "Aborted!" and the exit status was 1 (also after a command that failed: a file refused)."""
+    path = SESSION
+    if damaged:
+        path = tmp_path / "damaged.jsonl"
+        path.write_bytes(SESSION.read_bytes().replace(b"}\n", b"\n", 1))
     process = subprocess.Popen([sys.executable, "-c", _SLOW_CLOSE, "--db", str(tmp_path / "s.db"), "import",
-                                str(SESSION)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--strict", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
         said = []  # the import's summary line, then the close starting
         while (line := process.stderr.readline()) not in ("closing\n", ""):
             said.append(line)
-        assert line and said and said[-1].startswith("1 file (1 imported)"), said
+        assert line and said and said[-1].startswith("1 file (1 refused)" if damaged else "1 file (1 imported)"), said
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
         process.kill()
     assert (process.returncode, err) == (130, ""), err
-    assert out.startswith("imported ")
+    assert out.startswith("refused " if damaged else "imported ")
 
 
 @pytest.mark.parametrize("timeout", ["0", "30"])

@@ -85,7 +85,8 @@ class _SearchCommand(click.Command):
 @click.option("--role", type=click.Choice(ROLES), help="Only this message role or entry type.")
 @click.option("--path-only", is_flag=True, help="Only entries on their session's current path.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, MAX_LIMIT), help="Most hits to print.")
-@format_options("Print a JSON list of hits (matches marked <mark>...</mark>).")
+@format_options("Print a JSON list of hits (each snippet an HTML fragment: its text escaped, matches in "
+                "<mark>...</mark>).")
 def search_command(query: tuple[str, ...], session: str | None, role: str | None, path_only: bool, limit: int,
                    fmt: str | None) -> None:
     """Full-text search: words, "phrases", prefix*, -word, NOT, AND, OR, (groups). Newest hits first.

@@ -150,11 +150,14 @@ class _Commands(click.Group):
                 # its escape, \ud800, as JSON writes it, where it failed the whole listing
                 stream.reconfigure(errors="backslashreplace")
         try:
-            result = super().invoke(ctx)
-            sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit
-            # the store closes here (a SQLite checkpoint, say), where Ctrl-C is still a quiet 130
-            # and a failure one line; after the command it was click's "Aborted!" and exit 1
-            ctx.close()
+            try:
+                result = super().invoke(ctx)
+                sys.stdout.flush()  # output that cannot be written (a full disk) fails the command, not the exit
+            finally:
+                # the store closes here (a SQLite checkpoint, say), also after a command that
+                # failed, where Ctrl-C is still a quiet 130 and a failure one line; after the
+                # command it was click's "Aborted!" and exit 1
+                ctx.close()
             return result
         except KeyboardInterrupt:
             ctx.exit(130)

@@ -285,12 +285,12 @@ def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
         if as_json:
             emit(exported.to_json())
         elif exported.error is not None:
-            click.echo(f"failed {exported.session_id} -> {exported.path}: {exported.error}")
+            click.echo(one_line(f"failed {exported.session_id} -> {exported.path}: {exported.error}"))
         else:
-            click.echo(f"{exported.session_id} -> {exported.path} ({plural(exported.bytes, 'byte')})")
+            click.echo(one_line(f"{exported.session_id} -> {exported.path} ({plural(exported.bytes, 'byte')})"))
         if not as_json:
             for note in exported.notes:
-                click.echo(f"  note: {note}")
+                click.echo(one_line(f"  note: {note}"))
 
     done = export_all(current_store(), directory, as_migrated=as_migrated, progress=report)
     failed = sum(exported.error is not None for exported in done)

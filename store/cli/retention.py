@@ -8,6 +8,7 @@ import click
 from store.cli.app import current_store, emit, main
 from store.cli.output import plural
 from store.retention import BadPolicy, Removed, RetentionPolicy, parse_duration
+from store.visible_text import one_line
 
 
 def _size(removed: Removed) -> str:
@@ -35,7 +36,7 @@ def delete_command(sessions: tuple[str, ...], dry_run: bool, ignore_missing: boo
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {plural(report.sessions, 'session')}: {_size(report.removed)}")
     for session_id in report.missing:
-        click.echo(f"not stored (ignored): {session_id}", err=True)
+        click.echo(one_line(f"not stored (ignored): {session_id}"), err=True)
 
 
 @main.command("prune")
@@ -68,11 +69,11 @@ def prune_command(older_than: str, keep_latest: int, delete_sessions: bool, appl
         return
     verb = "removed" if apply else "would remove"
     for item in report.trimmed:
-        click.echo(f"{item.session_id}  {verb} {_size(item.removed)} of {plural(item.rows_before, 'row')}")
+        click.echo(one_line(f"{item.session_id}  {verb} {_size(item.removed)} of {plural(item.rows_before, 'row')}"))
     for session_id in report.deleted:
-        click.echo(f"{session_id}  {'deleted' if apply else 'would delete'}")
+        click.echo(one_line(f"{session_id}  {'deleted' if apply else 'would delete'}"))
     for session_id in report.claimed:
-        click.echo(f"{session_id}  kept whole: a writer holds a claim on it (--force includes it)")
+        click.echo(one_line(f"{session_id}  kept whole: a writer holds a claim on it (--force includes it)"))
     click.echo(f"{verb} {_size(report.removed)}: {plural(len(report.trimmed), 'session')} trimmed, "
                f"{len(report.deleted)} deleted, {report.kept_whole} of {report.sessions_seen} kept whole"
                + ("" if apply else " (dry run: --apply writes)"))

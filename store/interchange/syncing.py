@@ -191,7 +191,7 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     at once on PostgreSQL (default :func:`default_jobs`; SQLite stores one at a time), see
     :func:`_in_parallel`."""
     paths = list(paths)
-    named = {os.path.realpath(path) for path in paths if not Path(path).is_dir()}
+    named = {os.path.realpath(path) for path in paths if not _is(Path(path).is_dir)}
 
     def one(index: int, path: Path, *, fork: bool = True, stop: threading.Event | None = None) -> ImportReport:
         if on_file is not None:

@@ -54,6 +54,14 @@ def test_a_fold_whose_first_id_is_not_a_string_opens_and_is_on_the_path(tmp_path
     assert [r.item.kind for r in opened] == ["entry"] * 12 and all(r.item.on_path for r in opened)
 
 
+def test_the_id_1_and_the_id_one_as_text_are_two_entries_on_the_path(tmp_path: Path) -> None:
+    entries = entries_of(sessions.long_linear(tmp_path / "long.jsonl", count=3))
+    entries[1] = {**entries[1], "id": 1, "parentId": entries[0]["id"]}
+    entries[2] = {**entries[2], "id": "1", "parentId": entries[0]["id"]}
+    rows = tree_rows(build_tree(entries), leaf_id="1", path_ids=[entries[0]["id"], 1])
+    assert {(r.item.entry_id, r.item.on_path) for r in rows} == {("L00000", True), (None, True), ("1", False)}
+
+
 def test_branches_hang_off_one_main_line(tmp_path: Path) -> None:
     entries = entries_of(sessions.branchy(tmp_path / "branchy.jsonl", branches=100))
     rows = tree_rows(build_tree(entries), leaf_id="T099a5", min_fold=10**9)
