@@ -282,8 +282,7 @@ def test_piped_plain_lines_stay_one_record_a_line(tmp_path: Path, db_url: str) -
              '{"type":"session_info","id":"e","parentId":"c\\u2028d","timestamp":"2025-01-01T00:00:03.000Z",'
              '"name":"my\\nname"}',
              '{"type":"future\\u001b[2J\\nkind","id":"f","parentId":"e","timestamp":"2025-01-01T00:00:04.000Z"}']
-    (tmp_path / "nl.jsonl").write_text("".join(line + "\n" for line in lines))
-    code, out, err = cli(db_url, "import", str(tmp_path / "nl.jsonl"))
+    code, out, err = _import_lines(tmp_path, db_url, lines)
     assert code == 0 and len(out.splitlines()) == 1 and "\x1b" not in out + err, (out, err)
     assert all(line.startswith(("warning: ", "1 file")) for line in err.splitlines()), err
     for args, records in ((["list"], 1), (["search", "zebracorn"], 1), (["tree", "nl-s"], 4),
@@ -300,8 +299,7 @@ def test_search_shows_a_snippets_text_as_written(tmp_path: Path, db_url: str) ->
     lines = ['{"type":"session","version":3,"id":"mk-s","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/e"}',
              '{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
              '"message":{"role":"user","content":"if a < b && <mark>c</mark> zebracorn","timestamp":1}}']
-    (tmp_path / "mk.jsonl").write_text("".join(line + "\n" for line in lines))
-    assert cli(db_url, "import", str(tmp_path / "mk.jsonl"))[0] == 0
+    assert _import_lines(tmp_path, db_url, lines)[0] == 0
     for args in (["search", "zebracorn"], ["search", "zebracorn", "--table"]):
         code, out, _ = cli(db_url, *args)
         assert code == 0 and "if a < b && <mark>c</mark> zebracorn" in " ".join(out.split()), (args, out)
@@ -313,7 +311,13 @@ def test_export_all_reports_one_line_a_session(tmp_path: Path, db_url: str) -> N
     lines = ['{"type":"session","version":3,"id":"ev\\nil","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/e"}',
              '{"type":"message","id":"a1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z",'
              '"message":{"role":"user","content":"hi","timestamp":1}}']
-    (tmp_path / "ev.jsonl").write_text("".join(line + "\n" for line in lines))
-    assert cli(db_url, "import", str(tmp_path / "ev.jsonl"))[0] == 0
+    assert _import_lines(tmp_path, db_url, lines)[0] == 0
     code, out, err = cli(db_url, "export", "--all", str(tmp_path / "out"))
     assert code == 0 and len(out.splitlines()) == 1 and out.startswith("ev⟨U+000A⟩il -> "), (out, err)
+
+
+def _import_lines(tmp_path: Path, db_url: str, lines: list[str]) -> tuple[int, str, str]:
+    """Write ``lines`` as a session file and import it: the command's (code, stdout, stderr)."""
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return cli(db_url, "import", str(path))

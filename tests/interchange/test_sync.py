@@ -333,45 +333,27 @@ def shared_tmp() -> Path:
     shutil.rmtree(folder)
 
 
-def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Path) -> None:
-    """os.walk dropped it without a word: exit 0, "1 file (1 imported)", its sessions missing."""
+@pytest.mark.parametrize(("mode", "command"), [(0, "sync"), (0o644, "import"), (0o644, "sync")])
+def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Path, mode: int, command: str) -> None:
+    """Mode 000: os.walk dropped it without a word (exit 0, "1 file (1 imported)", its sessions
+    missing). Mode r-- (no x): its names are listed, but Python 3.11's ``Path.is_file()`` raised
+    PermissionError on each, which ended the whole run ("Error: Permission denied", exit 1,
+    nothing imported, ``sync --watch`` gone). Either way: one failed line for the folder."""
     sessions = shared_tmp / "sessions"
     for project, name in (("--a--", "small-seed1-0"), ("--b--", "small-seed2-0")):
         (sessions / project).mkdir(parents=True)
         shutil.copy(FIXTURES[name], sessions / project / f"{name}.jsonl")
     for folder in (sessions, sessions / "--a--", sessions / "--b--"):
         folder.chmod(0o777)
-    (sessions / "--b--").chmod(0)
-    done = subprocess.run(_as_nobody(cli(str(shared_tmp / "s.db"), "sync", str(sessions), "--json")),
+    (sessions / "--b--").chmod(mode)
+    done = subprocess.run(_as_nobody(cli(str(shared_tmp / "s.db"), command, str(sessions), "--json")),
                           capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(shared_tmp)})
-    reports = [json.loads(line) for line in done.stdout.splitlines()]
     assert done.returncode == 1, done.stderr
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
     imported = str(sessions / "--a--" / "small-seed1-0.jsonl")
     assert [(r["status"], r["path"]) for r in reports[:-1]] == [("failed", str(sessions / "--b--")),
                                                                ("imported", imported)]
     assert "the folder could not be read" in reports[0]["error"] and reports[-1]["summary"]["failed"] == 1
-
-
-@pytest.mark.parametrize("command", [("import",), ("sync",)])
-def test_a_folder_that_lists_but_cannot_be_entered_fails_alone(shared_tmp: Path, command: tuple[str, ...]) -> None:
-    """Mode r-- (no x): its names are listed, but Python 3.11's ``Path.is_file()`` raised
-    PermissionError on each, which ended the whole run ("Error: Permission denied", exit 1,
-    nothing imported, ``sync --watch`` gone) instead of one failed line for the folder."""
-    sessions = shared_tmp / "sessions"
-    for project, name in (("--a--", "small-seed1-0"), ("--b--", "small-seed2-0")):
-        (sessions / project).mkdir(parents=True)
-        shutil.copy(FIXTURES[name], sessions / project / f"{name}.jsonl")
-    for folder in (sessions, sessions / "--a--", sessions / "--b--"):
-        folder.chmod(0o777)
-    (sessions / "--b--").chmod(0o644)
-    done = subprocess.run(_as_nobody(cli(str(shared_tmp / "s.db"), *command, str(sessions), "--json")),
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(shared_tmp)})
-    assert done.returncode == 1, done.stderr
-    reports = [json.loads(line) for line in done.stdout.splitlines()]
-    imported = str(sessions / "--a--" / "small-seed1-0.jsonl")
-    assert [(r["status"], r["path"]) for r in reports[:-1]] == [("failed", str(sessions / "--b--")),
-                                                               ("imported", imported)]
-    assert "could not be read" in reports[0]["error"] and reports[-1]["summary"]["failed"] == 1
 
 
 def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
