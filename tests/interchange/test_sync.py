@@ -356,6 +356,24 @@ def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Pat
     assert "the folder could not be read" in reports[0]["error"] and reports[-1]["summary"]["failed"] == 1
 
 
+def test_the_api_reports_a_file_it_cannot_look_at(shared_tmp: Path) -> None:
+    """``import_path`` of a file inside a folder of mode r-- raised PermissionError (a traceback)
+    from its check of which paths were named: now that file's failed report."""
+    folder = shared_tmp / "closed"
+    folder.mkdir()
+    shutil.copy(FIXTURES["small-seed1-0"], folder / "x.jsonl")
+    folder.chmod(0o644)
+    code = ("import json, sys\nfrom store.session_store import SessionStore\n"
+            "with SessionStore.connect(sys.argv[1]) as store:\n"
+            "    print(json.dumps([r.to_json() for r in store.import_path(sys.argv[2])]))")
+    done = subprocess.run(_as_nobody([sys.executable, "-c", code, f"sqlite:///{shared_tmp / 's.db'}",
+                                      str(folder / "x.jsonl")]),
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(shared_tmp)})
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)
+    assert report["status"] == "failed" and "Permission denied" in report["error"], report
+
+
 def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
     """A file unreadable at first, imported once it could be read: the summary said "2 files
     (1 failed, 1 imported)" and the watch ended with exit 1. A folder unreadable at first and
