@@ -31,7 +31,7 @@ from typing import Any
 
 from store.format import js_stringify
 from store.tree import TreeNode
-from store.tree_columns import id_key as path_key
+from store.tree_columns import id_key
 from store.visible_text import as_text
 
 # Entry types that always get a row of their own (they change what the model sees or is set to).
@@ -56,7 +56,7 @@ class TreeItem:
     is_leaf: bool = False
     selected: bool = False
     folded: int = 0
-    fold_key: str | None = None  # a fold's: id_key of its first entry's id
+    fold_key: str | None = None  # a fold's: open_key of its first entry's id
     last_id: str | None = None
     children: list[TreeItem] = field(default_factory=list)
     entry: Any = None  # the source entry (for summaries)
@@ -132,7 +132,7 @@ def tree_structure(
     folded (None: none), except those whose first entry id is in ``open_folds`` (the keys that
     opened a run are added to ``opened_runs``, when given); ``summaries``: the texts of a list
     of entries (default: :func:`entry_summary` of each)."""
-    path = {key for i in path_ids if (key := path_key(i)) is not None}  # "1" and 1 are two ids, as in Pi
+    path = {key for i in path_ids if (key := id_key(i)) is not None}  # "1" and 1 are two ids, as in Pi
     opened = set(open_folds)
     root_ids = {id(root) for root in roots}
     seen: set[int] = set()
@@ -162,13 +162,13 @@ def tree_structure(
                 seen.add(id(node))
                 run.append(node)
                 node = node.children[0]
-        if run and len(run) >= min_fold and id_key(_id(run[0])) not in opened:
+        if run and len(run) >= min_fold and open_key(_id(run[0])) not in opened:
             fold = _fold_item(run, path)
             siblings.append(fold)
             siblings = fold.children
         else:
             if run and len(run) >= min_fold and opened_runs is not None:
-                opened_runs.add(id_key(_id(run[0])))
+                opened_runs.add(open_key(_id(run[0])))
             for member in run:
                 item = make(member)
                 siblings.append(item)
@@ -189,7 +189,7 @@ def _id(node: TreeNode) -> Any:
     return node.entry.get("id") if isinstance(node.entry, dict) else None
 
 
-def id_key(entry_id: Any) -> str:
+def open_key(entry_id: Any) -> str:
     """An entry id as text that a URL can carry (a fold's ``?open=`` key): a string as it is, an
     id of another JSON type (Pi keeps them) as its JSON, a missing one as ``null`` (a string id
     spelled the same opens that fold too: harmless)."""
@@ -198,11 +198,11 @@ def id_key(entry_id: Any) -> str:
 
 def _on(entry_id: Any, path: set) -> bool:
     """Whether the entry with ``entry_id`` is on the path (ids compared as Pi's ``byId`` does)."""
-    key = path_key(entry_id)
+    key = id_key(entry_id)
     return key is not None and key in path
 
 
-def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str | None) -> TreeItem:
+def _item(node: TreeNode, leaf_id: str | None, path: set, selected_id: str | None) -> TreeItem:
     entry = node.entry if isinstance(node.entry, dict) else {}
     entry_id = entry.get("id") if isinstance(entry.get("id"), str) else None
     kind = entry.get("type") if isinstance(entry.get("type"), str) else None
@@ -223,7 +223,7 @@ def _item(node: TreeNode, leaf_id: str | None, path: set[str], selected_id: str 
     )
 
 
-def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
+def _fold_item(run: list[TreeNode], path: set) -> TreeItem:
     counts: dict[str, int] = {}
     for node in run:
         entry = node.entry if isinstance(node.entry, dict) else {}
@@ -234,7 +234,7 @@ def _fold_item(run: list[TreeNode], path: set[str]) -> TreeItem:
     text = ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     first, last = _id(run[0]), _id(run[-1])
     return TreeItem("fold", None, None, None, text, on_path=_on(first, path),
-                    folded=len(run), fold_key=id_key(first), last_id=last if isinstance(last, str) else None)
+                    folded=len(run), fold_key=open_key(first), last_id=last if isinstance(last, str) else None)
 
 
 def layout(items: list[TreeItem]) -> list[TreeRow]:
