@@ -85,7 +85,9 @@ class _Batch:
 
 @dataclass(slots=True)
 class _Attempt:
-    """A single append tried without the lock (``SessionManager._append_unlocked``)."""
+    """A single append: its entry id and timestamp, drawn before anything is written (so that a
+    refused append leaves the same draw unused on both engines), and how its try without the lock
+    went (``SessionManager._append_unlocked``, PostgreSQL)."""
 
     entry_id: str  # the first of Pi's id candidates
     timestamp: str
@@ -337,7 +339,8 @@ class SessionManager:
 
     def _append_single(self, build: Callable[[str, str | None, str], dict]) -> dict:
         """The common case on its own fast path: one entry under the leaf, in a transaction run
-        on the driver's connection (see ``driver_write_transaction``). Pi's first candidate id is
+        on the driver's connection (see ``driver_write_transaction``). Its timestamp and id
+        candidates are drawn first (:meth:`_draw`), whatever the engine. Pi's first candidate id is
         not looked up: the insert itself checks it (on PostgreSQL the insert and the session
         update are one statement); in the rare case that it is taken, the entry is made again,
         as Pi would have made it, with the next free candidate and the same timestamp.
@@ -345,10 +348,12 @@ class SessionManager:
         On PostgreSQL the append first goes as one statement without a transaction around it
         (:meth:`_append_unlocked`); the locked transaction only runs when that wrote nothing."""
         base = (self._leaf, self._leaf_id)
-        attempt = self._append_unlocked(build) if self._may_write_unlocked() else None
-        if attempt is not None and attempt.written:
-            return self._appended(attempt.entry, attempt.seq)
-        begin = self._begin_single if attempt is None or not attempt.lost else partial(self._begin_single, lost=attempt)
+        attempt = self._draw()
+        if self._may_write_unlocked():
+            self._append_unlocked(build, attempt)
+            if attempt.written:
+                return self._appended(attempt.entry, attempt.seq)
+        begin = partial(self._begin_single, lost=attempt) if attempt.lost else self._begin_single
         landed = False
         try:
             with driver_write_transaction(self._engine, begin) as (cursor, last_seq):
@@ -363,17 +368,16 @@ class SessionManager:
             self._leaf, self._leaf_id = base
             raise
         if landed:
-            assert attempt is not None
             self._leaf, self._leaf_id = attempt.leaf
             return self._appended(attempt.entry, attempt.seq)
         return self._appended(entry, last_seq)
 
     def _write_single(self, build: Callable[[str, str | None, str], dict], cursor: AppendCursor, last_seq: int,
-                      attempt: _Attempt | None) -> tuple[dict, int]:
+                      attempt: _Attempt) -> tuple[dict, int]:
         """The locked single append (inside its transaction, ``last_seq`` read under the lock):
         the entry and the session's new last row."""
         base = (self._leaf, self._leaf_id)
-        candidates, timestamp = self._first_try(attempt)
+        candidates, timestamp = itertools.chain((attempt.entry_id,), attempt.candidates), attempt.timestamp
         batch = _Batch(None, cursor, last_seq=last_seq)
         entry = self._append_to(batch, build, False, entry_id=next(candidates), timestamp=timestamp)
         moved = self._moved_run(batch)
@@ -407,13 +411,12 @@ class SessionManager:
         self._last_seq = last_seq
         self._maybe_unended = False
 
-    def _first_try(self, attempt: _Attempt | None) -> tuple[Iterator[str], str]:
-        """Pi's id candidates and the timestamp of a single append: those of the unlocked
-        attempt when there was one (the entry is made again as it made it), else new ones."""
-        if attempt is not None:
-            return itertools.chain((attempt.entry_id,), attempt.candidates), attempt.timestamp
+    def _draw(self) -> _Attempt:
+        """A single append's timestamp and Pi's id candidates for it, drawn before it writes (the
+        locked path makes the entry with them again when the unlocked try wrote nothing)."""
+        timestamp = self._now()
         candidates = new_entries.id_candidates(self._store.new_uuid)
-        return candidates, self._now()
+        return _Attempt(next(candidates), timestamp, candidates)
 
     def _may_write_unlocked(self) -> bool:
         """PostgreSQL, where this manager knows the session's last row (and it needs no line end:
@@ -422,7 +425,7 @@ class SessionManager:
         return (self._last_seq is not None and not self._maybe_unended and self._engine.dialect.name == "postgresql"
                 and not behind_pooler(self._engine.url))
 
-    def _append_unlocked(self, build: Callable[[str, str | None, str], dict]) -> _Attempt:
+    def _append_unlocked(self, build: Callable[[str, str | None, str], dict], attempt: _Attempt) -> None:
         """Write one entry under the leaf as one statement that is its own transaction
         (``AppendCursor.insert_if_current``: one round trip where the locked transaction takes
         three), if the session row is as this manager last saw it — its version, its last row,
@@ -433,16 +436,13 @@ class SessionManager:
         (``attempt.lost``): the locked path finds out first."""
         assert self._last_seq is not None
         base = (self._leaf, self._leaf_id)
-        timestamp = self._now()
-        candidates = new_entries.id_candidates(self._store.new_uuid)
-        attempt = _Attempt(next(candidates), timestamp, candidates)
         seen = Seen(self._stored_id, self._version, self._last_seq,
                     None if self._claim is None else (self._claim.owner, self._claim.token))
 
         def run(dbapi_connection: Any) -> bool:
             cursor = AppendCursor(dbapi_connection, self._engine.dialect)
             batch = _Batch(None, cursor, last_seq=seen.last_seq)
-            attempt.entry = self._append_to(batch, build, False, entry_id=attempt.entry_id, timestamp=timestamp)
+            attempt.entry = self._append_to(batch, build, False, entry_id=attempt.entry_id, timestamp=attempt.timestamp)
             row = batch.unwritten[0]
             attempt.seq, attempt.line, attempt.leaf = batch.last_seq, row[_LINE], (self._leaf, self._leaf_id)
             pairing = row_pairing(row)
@@ -460,7 +460,6 @@ class SessionManager:
             raise
         if not attempt.written:
             self._leaf, self._leaf_id = base
-        return attempt
 
     def _begin_single(self, dbapi_connection: Any, opening: str,
                       lost: _Attempt | None = None) -> tuple[AppendCursor, int | None]:

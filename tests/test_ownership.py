@@ -21,6 +21,8 @@ from sqlalchemy import func, select, text
 from store.db.schema import entries, sessions
 from store.errors import SessionChanged, SessionClaimed, SessionNotFound
 from store.session_store import SessionStore
+from tests.async_as_sync import async_store
+from tests.conftest import Clock
 from tests.oracle_support import FIXTURES
 
 SAMPLE = FIXTURES / "sessions" / "small-seed1-0.jsonl"
@@ -67,6 +69,31 @@ def test_a_stale_manager_writes_nothing_until_it_refreshes(store: SessionStore) 
     assert first.get_leaf_id() == other and first.get_version() == version + 1
     after = first.append_message({"role": "user", "content": "now on the current view"})
     assert store.open(session_id).get_branch_ids() == [root, other, after]
+
+
+def test_a_refused_single_append_draws_the_same_on_both_engines(db_url: str, api: str) -> None:
+    """A single append draws its entry id and timestamp before it writes, on either engine: a
+    ``SessionChanged`` leaves one id and one clock reading unused on SQLite as on PostgreSQL
+    (whose one-statement append needs them before it learns the session moved on), so a run with
+    injected ids and clock writes the same entries on both."""
+    drawn: list[str] = []
+
+    def ids(kind: str) -> str:
+        drawn.append(kind)
+        return f"{len(drawn):08x}-0000-4000-8000-000000000000"
+
+    clock = Clock()
+    with (async_store(db_url, clock=clock, ids=ids) if api == "async"
+          else SessionStore.connect(db_url, clock=clock, ids=ids)) as store:
+        first, _ = _conversation(store)
+        store.open(first.get_session_id()).append_custom_entry("elsewhere", {})
+        before = (len(drawn), clock.now)
+        with pytest.raises(SessionChanged):
+            first.append_message({"role": "user", "content": "under a leaf the store moved on from"})
+        assert (len(drawn) - before[0], clock.now - before[1]) == (1, 1)
+        first.refresh()
+        after = first.append_message({"role": "user", "content": "now on the current view"})
+    assert after == f"{len(drawn):08x}"
 
 
 def test_a_stale_batch_writes_nothing(store: SessionStore) -> None:
