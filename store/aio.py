@@ -212,8 +212,9 @@ class AsyncSessionStore:
         """Session files, or every ``*.jsonl`` below folders: one report per file (``SessionStore.import_path``)."""
         return await _run(self.sync.import_path, *paths, **options)
 
-    async def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-        return await _run(self.sync.export_jsonl, session_id, path, as_migrated)
+    async def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False,
+                           force: bool = False) -> int:
+        return await _run(self.sync.export_jsonl, session_id, path, as_migrated, force)
 
     async def iter_export(self, session_id: str, as_migrated: bool = False) -> AsyncIterator[bytes]:
         """The bytes of :meth:`export_jsonl`, in chunks of whole lines (one read transaction)."""

@@ -51,6 +51,11 @@ class FileChanged(ImportFailed):
     """The file was rewritten or truncated while it was being imported; nothing of it was stored."""
 
 
+class ExportRefused(StoreError):
+    """An export would replace a file that holds what the store does not (lines written after the
+    store's copy, or another file); nothing was written. Import the file first, or force it."""
+
+
 class SessionChanged(StoreError):
     """Another writer changed the session since this manager last read or wrote it; nothing was
     written. ``refresh()`` the manager (its leaf follows the stored session) and decide again."""

@@ -301,11 +301,13 @@ class SessionStore:
         return list(import_paths(self, paths, strict=strict, replace=replace, prefer=prefer,
                                  keep_non_sessions=keep_non_sessions))
 
-    def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-        """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``)."""
+    def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False,
+                     force: bool = False) -> int:
+        """Write a session as JSONL (see ``store.interchange.exporting.export_jsonl``): a file at
+        ``path`` that holds more than the session is refused (``ExportRefused``) unless ``force``."""
         from store.interchange.exporting import export_jsonl
 
-        return export_jsonl(self, session_id, path, as_migrated)
+        return export_jsonl(self, session_id, path, as_migrated, force)
 
     def iter_export(self, session_id: str, as_migrated: bool = False) -> Iterator[bytes]:
         """The bytes of :meth:`export_jsonl`, in chunks of whole lines."""

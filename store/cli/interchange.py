@@ -249,12 +249,17 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
               help="Write the v3 form Pi would have rewritten on open (always, for a v1/v2 session the store has "
                    "written to).")
 @click.option("--json", "as_json", is_flag=True, help="With --all: one JSON line per file written.")
+@click.option("--force", is_flag=True,
+              help="Replace existing files even when they hold more than the store (lines Pi wrote since).")
 def export_command(session: str | None, output: str | None, all_dir: str | None, as_migrated: bool,
-                   as_json: bool) -> None:
+                   as_json: bool, force: bool) -> None:
     """Write a session as JSONL (the imported bytes, unchanged), or all of them with --all.
 
     Files are written whole or not at all: a temporary file beside the target, renamed over it
-    once complete, so an error leaves an existing file as it was. With --all, names that would
+    once complete, so an error leaves an existing file as it was. An existing file is replaced
+    only when it is the stored session or the start of it (an older export): one that holds more,
+    such as the lines Pi appended to an exported file, is left as it is and reported (import it
+    first: pi-store sync), unless --force. With --all, names that would
     clash, leave the folder or exceed 255 bytes are changed (and the change is reported); a
     session that fails is reported and the others go on; the exit status is 1 if any failed.
     """
@@ -266,9 +271,9 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
     output = None if output == "-" else output
     try:
         if all_dir is not None:
-            _export_all(all_dir, as_migrated, as_json)
+            _export_all(all_dir, as_migrated, as_json, force)
         elif output:
-            current_store().export_jsonl(session, output, as_migrated=as_migrated)
+            current_store().export_jsonl(session, output, as_migrated=as_migrated, force=force)
         else:
             with contextlib.closing(current_store().iter_export(session, as_migrated=as_migrated)) as chunks:
                 for chunk in chunks:  # closed here when a write stops it, while the store is open
@@ -280,7 +285,7 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
         raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc
 
 
-def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
+def _export_all(directory: str, as_migrated: bool, as_json: bool, force: bool) -> None:
     def report(exported: ExportedFile) -> None:
         if as_json:
             emit(exported.to_json())
@@ -292,7 +297,7 @@ def _export_all(directory: str, as_migrated: bool, as_json: bool) -> None:
             for note in exported.notes:
                 click.echo(one_line(f"  note: {note}"))
 
-    done = export_all(current_store(), directory, as_migrated=as_migrated, progress=report)
+    done = export_all(current_store(), directory, as_migrated=as_migrated, progress=report, force=force)
     failed = sum(exported.error is not None for exported in done)
     summary = {"files": len(done) - failed, "failed": failed, "renamed": sum(bool(e.notes) for e in done)}
     if as_json:

@@ -4,7 +4,10 @@ stores in Pi's folder layout (``--all``).
 
 Every file is written to a temporary file in the target's folder and renamed over the target only
 once it is complete and on disk (:func:`write_atomically`): a failed export — no such session, a
-database error, a full disk, an interrupt — leaves an existing file as it was.
+database error, a full disk, an interrupt — leaves an existing file as it was. An existing file is
+only replaced when it is the export or the start of it (an older export of the session); one that
+holds anything more — the lines Pi appended to an exported file, another file — is refused
+(``ExportRefused``) unless the caller forces it.
 
 The database builds each line's bytes (``raw`` or ``line`` + ``eol``) and hands them over as
 blobs, a chunk of rows at a time, so Python touches one bytes object per line and never decodes
@@ -31,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from store.db import queries
 from store.db.engine import is_sqlite, read_transaction, sqlite_path
 from store.db.schema import sessions
-from store.errors import StoreError
+from store.errors import ExportRefused, StoreError
 
 if TYPE_CHECKING:
     from store.session_store import SessionStore
@@ -118,10 +121,12 @@ def in_migrated_form(migrated_from: Any, diverged_seq: int | None, asked: bool) 
     return migrated_from is not None and (asked or diverged_seq is not None)
 
 
-def export_jsonl(store: SessionStore, session_id: str, path: str | os.PathLike, as_migrated: bool = False) -> int:
-    """Write :func:`iter_export` to ``path`` (:func:`write_atomically`); returns the bytes written."""
+def export_jsonl(store: SessionStore, session_id: str, path: str | os.PathLike, as_migrated: bool = False,
+                 force: bool = False) -> int:
+    """Write :func:`iter_export` to ``path`` (:func:`write_atomically`, which refuses to cut back a
+    file holding more unless ``force``); returns the bytes written."""
     refuse_store_files(store, path)
-    return write_atomically(path, iter_export(store, session_id, as_migrated))
+    return write_atomically(path, iter_export(store, session_id, as_migrated), force=force)
 
 
 def refuse_store_files(store: SessionStore, path: str | os.PathLike) -> None:
@@ -136,9 +141,15 @@ def refuse_store_files(store: SessionStore, path: str | os.PathLike) -> None:
         raise StoreError(f"{path} is the store's own database file: export to another file")
 
 
-def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
+def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes], force: bool = False) -> int:
     """Write ``chunks`` to a new temporary file beside ``path`` (through a symlink: beside the file
     it names), fsync it, rename it over ``path`` and fsync the folder; returns the bytes written.
+
+    An existing file is replaced only when its bytes are where the new ones start (the same file,
+    or an older export of it), else ``ExportRefused`` is raised and nothing changes — unless
+    ``force``. (The file is compared while the new one is written; a writer appending to it
+    between that comparison and the rename would still lose its last lines: the window is the
+    fsync and the rename.)
 
     Anything raised on the way (by ``chunks`` too, ``KeyboardInterrupt`` included) removes the
     temporary file and leaves ``path`` as it was. The new file keeps an existing file's permission
@@ -150,14 +161,14 @@ def write_atomically(path: str | os.PathLike, chunks: Iterable[bytes]) -> int:
     """
     iterator = iter(chunks)
     try:
-        return _write_atomically(os.path.realpath(path), iterator)
+        return _write_atomically(os.path.realpath(path), iterator, force)
     finally:  # a generator stopped by a failed write ends now, while what it reads is still open
         close = getattr(iterator, "close", None)
         if close is not None:
             close()
 
 
-def _write_atomically(target: str, chunks: Iterator[bytes]) -> int:
+def _write_atomically(target: str, chunks: Iterator[bytes], force: bool) -> int:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISREG(os.stat(target).st_mode):
             return _write_in_place(target, chunks)
@@ -166,10 +177,12 @@ def _write_atomically(target: str, chunks: Iterator[bytes]) -> int:
     written = 0
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "wb") as out, _Existing(target, force) as existing:
             for chunk in chunks:
+                existing.compare(chunk)
                 out.write(chunk)
                 written += len(chunk)
+            existing.check_ended()
             out.flush()
             os.fsync(out.fileno())
         with contextlib.suppress(FileNotFoundError):
@@ -181,6 +194,53 @@ def _write_atomically(target: str, chunks: Iterator[bytes]) -> int:
         raise
     _fsync_folder(folder)
     return written
+
+
+class _Existing:
+    """The file an export would replace, read alongside the new bytes: ``ExportRefused`` as soon
+    as it differs from them, or at the end when it goes on past them or was replaced meanwhile.
+    Nothing to compare when there is no such file, or when forced."""
+
+    def __init__(self, target: str, force: bool) -> None:
+        self.target, self.compared = target, 0
+        self.file = None
+        if not force:
+            with contextlib.suppress(FileNotFoundError):
+                self.file = open(target, "rb")  # noqa: SIM115  (closed by __exit__)
+
+    def __enter__(self) -> _Existing:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def compare(self, chunk: bytes) -> None:
+        if self.file is None:
+            return
+        old = self.file.read(len(chunk))
+        if old != chunk[:len(old)]:
+            differs = self.compared + next(i for i, (a, b) in enumerate(zip(old, chunk, strict=False)) if a != b)
+            self._refuse(f"differs from the stored session at byte {differs:,}")
+        self.compared += len(old)
+        if len(old) < len(chunk):  # it ends inside the export: an older copy, replaced
+            self.file.close()
+            self.file = None
+
+    def check_ended(self) -> None:
+        if self.file is None:
+            return
+        if self.file.read(1):
+            self._refuse(f"goes on past the stored session's {self.compared:,} bytes (lines written after it "
+                         "was stored?)")
+        now = os.stat(self.target)
+        held = os.fstat(self.file.fileno())
+        if (now.st_ino, now.st_dev, now.st_size) != (held.st_ino, held.st_dev, self.compared):
+            self._refuse("changed while it was being exported")
+
+    def _refuse(self, how: str) -> None:
+        raise ExportRefused(f"{self.target} {how}: nothing written; import it first (pi-store sync / import), "
+                            "or export with --force to replace it")
 
 
 def _write_in_place(target: str, chunks: Iterable[bytes]) -> int:
@@ -337,10 +397,12 @@ class ExportedFile:
 
 
 def export_all(store: SessionStore, directory: str | os.PathLike, as_migrated: bool = False,
-               progress: Callable[[ExportedFile], None] | None = None) -> list[ExportedFile]:
+               progress: Callable[[ExportedFile], None] | None = None, force: bool = False) -> list[ExportedFile]:
     """Write every stored session into ``directory`` in Pi's layout (:func:`export_paths`), each
-    file atomically (:func:`write_atomically`). A session that cannot be written (a database or
-    file system error) is reported with ``error`` set and the others go on."""
+    file atomically (:func:`write_atomically`: a file there that holds more than the store, such
+    as the lines Pi appended since the last export, is left alone unless ``force``). A session
+    that cannot be written (a database or file system error, a refused file) is reported with
+    ``error`` set and the others go on."""
     root = Path(directory)
     with read_transaction(store.engine) as conn:
         listing = conn.execute(select(
@@ -357,7 +419,7 @@ def export_all(store: SessionStore, directory: str | os.PathLike, as_migrated: b
             refuse_store_files(store, path)
             with read_transaction(store.engine) as conn:
                 written = write_atomically(path, session_bytes(conn, pk, in_migrated_form(migrated_from, diverged_seq,
-                                                                                      as_migrated)))
+                                                                                      as_migrated)), force)
             exported = ExportedFile(session_id, path, written, target.notes)
         except (OSError, SQLAlchemyError, StoreError) as exc:
             exported = ExportedFile(session_id, path, 0, target.notes, f"{type(exc).__name__}: {exc}")

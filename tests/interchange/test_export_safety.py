@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import SessionNotFound
+from store.errors import ExportRefused, SessionNotFound
 from store.format import js_stringify
 from store.interchange.exporting import NAME_MAX, export_all, pi_relative_path, write_atomically
 from store.interchange.importing import import_file
@@ -81,11 +81,11 @@ def test_cli_export_errors_leave_the_file_alone(sqlite_db: tuple[str, Path], tmp
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
-    full = pi_store(db, "export", "s1", "-o", str(target), preexec_fn=full_disk)
+    full = pi_store(db, "export", "s1", "-o", str(target), "--force", preexec_fn=full_disk)
     assert full.returncode == 1 and "File too large" in full.stderr and "Traceback" not in full.stderr
     assert f"{target} is unchanged" in full.stderr
     damage_page_of(db_file, "entries", offset=0, nth=3)  # the page header: reading fails
-    broken = pi_store(db, "export", "s1", "-o", str(target))
+    broken = pi_store(db, "export", "s1", "-o", str(target), "--force")
     assert broken.returncode == 1 and "malformed" in broken.stderr and "Traceback" not in broken.stderr
     assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
 
@@ -97,10 +97,64 @@ def test_cli_export_replaces_the_file_once_complete(sqlite_db: tuple[str, Path],
     target.chmod(0o640)
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
-    done = pi_store(db, "export", "s1", "-o", str(link))
+    refused = pi_store(db, "export", "s1", "-o", str(link))
+    assert refused.returncode == 1 and "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
+    done = pi_store(db, "export", "s1", "-o", str(link), "--force")
     assert done.returncode == 0, done.stderr
     assert link.is_symlink() and target.read_bytes().startswith(b'{"type":"session"')
     assert target.stat().st_mode & 0o777 == 0o640 and leftovers(tmp_path) == []
+
+
+def _pi_appends(path: Path, lines: int) -> bytes:
+    """What Pi, pointed at an exported folder, adds to a session file: more lines after its own."""
+    extra = b"".join(js_stringify({"type": "custom", "customType": "pi", "data": {"n": n}, "id": f"p{n:07d}",
+                                   "parentId": None, "timestamp": STAMP}).encode() + b"\n" for n in range(lines))
+    with path.open("ab") as out:
+        out.write(extra)
+    return path.read_bytes()
+
+
+def test_export_never_cuts_back_a_file_that_holds_more(store: SessionStore, tmp_path: Path) -> None:
+    """An export replaces a file that is the session as stored, or an older (shorter) export of
+    it; a file that holds anything the store does not — lines Pi wrote after the export, another
+    file — is refused (``ExportRefused``, the file and folder as they were) unless forced."""
+    source = session_file(tmp_path, "s1", lines=30)
+    import_file(store, source)
+    target = tmp_path / "out.jsonl"
+    assert store.export_jsonl("s1", target) == source.stat().st_size  # a new file
+    assert store.export_jsonl("s1", target) == source.stat().st_size  # the same bytes again
+    target.write_bytes(source.read_bytes()[:1000])  # an older export: the store has more
+    store.export_jsonl("s1", target)
+    assert target.read_bytes() == source.read_bytes()
+    for kept in (_pi_appends(target, 3), b"x" + source.read_bytes()[1:], PRECIOUS):
+        target.write_bytes(kept)
+        with pytest.raises(ExportRefused) as refused:
+            store.export_jsonl("s1", target)
+        assert str(target) in str(refused.value) and "--force" in str(refused.value)
+        assert target.read_bytes() == kept and leftovers(tmp_path) == []
+    store.export_jsonl("s1", target, force=True)
+    assert target.read_bytes() == source.read_bytes()
+
+
+def test_export_all_leaves_files_pi_wrote_on_and_reports_them(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    with SessionStore.connect(db) as store:
+        stored = session_file(tmp_path, "s1", lines=5).read_bytes()
+        import_file(store, tmp_path / f"{abs(hash('s1'))}.jsonl")
+        import_file(store, session_file(tmp_path, "s2", lines=5, cwd="/v"))
+    out = tmp_path / "out"
+    first = pi_store(db, "export", "--all", str(out))
+    assert first.returncode == 0, first.stderr
+    grown = next(out.rglob("*_s1.jsonl"))
+    after_pi = _pi_appends(grown, 2)
+    again = pi_store(db, "export", "--all", str(out))
+    assert again.returncode == 1 and "Traceback" not in again.stderr + again.stdout
+    assert f"failed s1 -> {grown}" in again.stdout and "--force" in again.stdout
+    assert "s2 -> " in again.stdout and grown.read_bytes() == after_pi
+    forced = pi_store(db, "export", "--all", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert after_pi.startswith(stored) and grown.read_bytes() == stored
 
 
 def test_an_interrupted_write_leaves_the_file_alone(tmp_path: Path) -> None:
@@ -112,7 +166,7 @@ def test_an_interrupted_write_leaves_the_file_alone(tmp_path: Path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        write_atomically(target, interrupted())
+        write_atomically(target, interrupted(), force=True)
     assert target.read_bytes() == PRECIOUS and os.listdir(tmp_path) == ["precious.jsonl"]
     assert write_atomically(tmp_path / "new.jsonl", [b"a\n", b"b\n"]) == 4
     assert (tmp_path / "new.jsonl").read_bytes() == b"a\nb\n"
@@ -222,6 +276,6 @@ def test_a_write_that_fails_midway_ends_the_reading_it_drives(tmp_path: Path) ->
     target = tmp_path / "out.jsonl"
     target.write_bytes(b"before\n")
     with pytest.raises(TypeError) as raised:
-        write_atomically(target, chunks())
+        write_atomically(target, chunks(), force=True)
     assert ended == [True] and raised.value is not None  # the failure is still held: closed all the same
     assert target.read_bytes() == b"before\n" and [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
