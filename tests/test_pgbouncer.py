@@ -260,3 +260,18 @@ def test_fts_rebuild_waits_no_longer_than_the_lock_timeout(bouncer: Bouncer) -> 
     assert verify.returncode == 1 and "left by a stopped `pi-store fts rebuild`" in out, out
     finished(pi_store(bouncer.url, "fts", "rebuild"))
     assert "database: ok" in finished(pi_store(bouncer.url, "verify", "--all"))
+
+
+def test_read_only_sql_leaves_no_session_lock_on_the_server_connection(bouncer: Bouncer) -> None:
+    """``pg_advisory_lock`` may run in a read-only transaction and outlives its ROLLBACK: behind
+    the pooler the server connection went back to the pool still holding the lock (an import of
+    a session whose lock key it was would then have waited for it). ``pi-store sql`` ends by
+    releasing every session-level advisory lock of its connection."""
+    for statement in ("SELECT pg_advisory_lock(4242)::text", "SELECT pg_try_advisory_lock_shared(4243)",
+                      "SELECT pg_advisory_lock(4244)::text, 1/0"):
+        with pytest.raises(QueryFailed) if "1/0" in statement else ExitStack():
+            run_sql(readonly_engine(bouncer.url), statement)
+    with create_engine(bouncer.direct).connect() as conn:
+        held = conn.execute(text("SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND objid IN "
+                                 "(4242, 4243, 4244)")).scalars().all()
+    assert held == []

@@ -16,6 +16,8 @@ is closed after the call (never one of the pool's, so nothing the statement sets
   (``SELECT`` on the store's tables only), so the statement is checked and evaluated as that role,
   and cannot switch back to the connecting user (``set_config('role', ...)`` is refused inside
   a security-definer function): no file or program access, no ``COPY``, no large objects.
+  Session-level advisory locks it took are released when it ends (behind a pooler the server
+  connection lives on).
 
 Both engines stop the statement after ``timeout`` seconds from the start of the call (until its
 last row is read). Rows are fetched a batch at a time: memory stays flat for any result size.
@@ -265,6 +267,9 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
     finally:
         with suppress(psycopg.Error):  # ended here, not by closing: a pooler can reuse its server connection
             conn.execute("ROLLBACK")
+            # a session-level advisory lock (pg_advisory_lock may run in a read-only transaction)
+            # outlives the rollback: released too, or the pooler's next client inherits it
+            conn.execute("SELECT pg_advisory_unlock_all()")
         conn.close()  # nothing was written, nothing stays
 
 
