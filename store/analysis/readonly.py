@@ -47,6 +47,7 @@ from store.db.engine import ReadOnly, driver_connect, is_sqlite, sqlite_read_onl
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.errors import StoreError
 from store.format import js_stringify
+from store.visible_text import visible
 
 CELL_WIDTH = 80
 DEFAULT_TIMEOUT = 30.0
@@ -332,11 +333,14 @@ def write_csv(columns: Sequence[str], rows: Iterable[tuple], out: TextIO) -> Non
 def write_table(columns: Sequence[str], rows: Iterable[tuple], out: TextIO, width: int = CELL_WIDTH,
                 page: int = TABLE_PAGE) -> None:
     """Aligned columns, sized from the first ``page`` rows (later, wider cells widen their line);
-    cells on one line, cut at ``width`` characters; a row count at the end."""
+    cells on one line, cut at ``width`` characters; a row count at the end. Text is shown as
+    ``list`` and ``tree`` show it (``visible``: escape sequences left out, other control
+    characters and bidi overrides as ``⟨U+…⟩``), never sent to the terminal as it is."""
     def cell(value: Any) -> str:
-        shown = "NULL" if value is None else " ".join(cell_text(value).split("\n"))
+        shown = "NULL" if value is None else " ".join(visible(cell_text(value)).split("\n"))
         return shown if len(shown) <= width else shown[: width - 1] + "…"
 
+    columns = [cell(c) for c in columns]
     rows = iter(rows)
     first = [[cell(v) for v in row] for row in itertools.islice(rows, page)]
     widths = [max([len(c), *(len(r[i]) for r in first)]) for i, c in enumerate(columns)]

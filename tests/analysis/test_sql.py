@@ -150,6 +150,18 @@ def test_formats() -> None:
     assert "9007199254740993 | 12345678901234567890" in to_table(whole)
 
 
+def test_the_table_shows_control_characters_instead_of_sending_them() -> None:
+    """The table (on a terminal and the piped default) is for people: a stored text's escape
+    sequences (set the window title, clear the screen), carriage returns and bidi overrides are
+    shown, not sent to the terminal, as ``list`` and ``tree`` show them; JSON keeps them."""
+    text = "title\x1b]0;PWNED\x07 clear\x1b[2J cr\r bs\b rtl\u202eabc"
+    result = ResultSet(["text", "alias\x1b[31m"], [(text, 1)])
+    table = to_table(result)
+    assert not set(table) & {"\x1b", "\x07", "\r", "\b", "\u202e"}
+    assert "cr⟨U+000D⟩ bs⟨U+0008⟩ rtl⟨U+202E⟩abc" in table and table.splitlines()[0].rstrip().endswith("alias")
+    assert to_rows_json(result)[0]["text"] == text
+
+
 def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> None:
     sm = store.create("/w")
     for i in range(3):
