@@ -26,7 +26,6 @@ last row is read). Rows are fetched a batch at a time: memory stays flat for any
 from __future__ import annotations
 
 import base64
-import csv
 import io
 import itertools
 import math
@@ -45,6 +44,7 @@ from sqlalchemy import Engine
 from store.analysis import fts
 from store.db.engine import ReadOnly, driver_connect, is_sqlite, sqlite_read_only_uri, wal_holds_commits
 from store.db.faults import CANNOT_WRITE, sqlite_fault
+from store.delimited import CsvWriter
 from store.errors import StoreError
 from store.format import js_stringify
 from store.visible_text import visible
@@ -324,7 +324,7 @@ def write_json(columns: Sequence[str], rows: Iterable[tuple], out: TextIO) -> No
 
 
 def write_csv(columns: Sequence[str], rows: Iterable[tuple], out: TextIO) -> None:
-    writer = csv.writer(out, lineterminator="\n")
+    writer = CsvWriter(out)
     writer.writerow(columns)
     for row in rows:
         writer.writerow([cell_text(v) for v in row])

@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from store.delimited import CsvWriter
 from store.visible_text import one_line, visible
 
 FORMATS = ("json", "nl", "csv", "tsv", "table")
@@ -86,8 +87,8 @@ def console() -> Any:
 def write_delimited(columns: Sequence[Column], rows: Iterable[dict], delimiter: str) -> None:
     """CSV (``,``) or TSV (tab: tabs and newlines in cells become spaces) with a header row."""
     tsv = delimiter != ","
-    writer = csv.writer(sys.stdout, delimiter=delimiter, lineterminator="\n",
-                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL, quotechar=None if tsv else '"')
+    writer = (csv.writer(sys.stdout, delimiter=delimiter, lineterminator="\n", quoting=csv.QUOTE_NONE, quotechar=None)
+              if tsv else CsvWriter(sys.stdout))
     columns = [c for c in columns if c.delimited]
     writer.writerow([c.key for c in columns])
     for row in rows:

@@ -3,6 +3,7 @@ over real history, the two engines give the same rows, and the connection cannot
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from store.analysis.readonly import QueryFailed, ResultSet, run_sql, to_csv, to_rows_json, to_table
+from store.cli.output import Column, write_delimited
 from store.errors import StoreError
 from store.session_store import SessionStore
 from tests.analysis.conftest import History, history_files
@@ -160,6 +162,19 @@ def test_the_table_shows_control_characters_instead_of_sending_them() -> None:
     assert not set(table) & {"\x1b", "\x07", "\r", "\b", "\u202e"}
     assert "cr⟨U+000D⟩ bs⟨U+0008⟩ rtl⟨U+202E⟩abc" in table and table.splitlines()[0].rstrip().endswith("alias")
     assert to_rows_json(result)[0]["text"] == text
+
+
+def test_csv_quotes_a_carriage_return() -> None:
+    """The csv module quotes only its own line terminator's characters ("\\n" here): a value
+    holding a bare "\\r" went out unquoted and split its record for every CSV reader."""
+    result = ResultSet(["text", "n"], [("line\rnext", 1), ("plain", 2)])
+    assert list(csv.reader(io.StringIO(to_csv(result), newline=""))) == [
+        ["text", "n"], ["line\rnext", "1"], ["plain", "2"]]
+    rows = [{"id": "s\r1", "cwd": "/w"}, {"id": "s2", "cwd": "/v"}]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # list/search/stats --csv
+        write_delimited([Column("id", "id"), Column("cwd", "cwd")], rows, ",")
+    assert list(csv.DictReader(io.StringIO(out.getvalue(), newline=""))) == rows
 
 
 def test_cli_sql_prints_the_count_first(store: SessionStore, db_url: str) -> None:
