@@ -235,6 +235,28 @@ def test_a_one_letter_exclusion_is_part_of_the_query(tmp_path: Path) -> None:
     assert without == hits("the NOT a") and 0 < len(without) < len(every)  # the documented spelling of -a
 
 
+def test_an_option_value_that_starts_with_a_dash_is_the_options(tmp_path: Path) -> None:
+    """``search --session -dash zebra`` said "no session '\\x00-dash'": the value was taken for an
+    exclusion and marked as one; ``--limit -3`` named the value '\\x00-3'."""
+    import json
+
+    pi_store = [sys.executable, "-m", "store.cli", "--db", str(tmp_path / "s.db")]
+    entry = "e0000001"
+    lines = [{"type": "session", "version": 3, "id": "-dash", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"},
+             {"type": "message", "id": entry, "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z",
+              "message": {"role": "user", "content": "zebra crossing", "timestamp": 1}}]
+    (tmp_path / "dash.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    subprocess.run([*pi_store, "import", str(tmp_path / "dash.jsonl")], check=True, capture_output=True, timeout=120)
+    found = subprocess.run([*pi_store, "search", "--session", "-dash", "zebra", "--json"], capture_output=True,
+                           text=True, timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert [hit["entryId"] for hit in json.loads(found.stdout)] == [entry]
+    limit = subprocess.run([*pi_store, "search", "zebra", "--limit", "-3"], capture_output=True, text=True,
+                           timeout=120)
+    assert limit.returncode == 2 and "Invalid value for '--limit': -3 is not in the range" in limit.stderr, limit.stderr
+    assert "\x00" not in limit.stderr
+
+
 def test_a_read_command_on_an_older_schema_it_cannot_write_says_so(tmp_path: Path) -> None:
     """It tried to upgrade the schema read-only too and failed with "unable to open database
     file"; where it can write, a read command still upgrades it (the one write it does)."""

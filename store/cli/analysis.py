@@ -69,14 +69,18 @@ _EXCLUDED = "\0"  # marks a query word "-word" while click parses the options
 
 class _SearchCommand(click.Command):
     """``search`` takes ``-word`` (an exclusion) as part of the query, not as short options
-    (``-branch`` would be ``-b -r ... -h``); ``-h`` and ``--options`` stay options."""
+    (``-branch`` would be ``-b -r ... -h``); ``-h`` and ``--options`` stay options, and the value
+    of an option that takes one (``--session -dash``, ``--limit -3``) stays that value."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        short = {opt for param in self.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)
+        params = self.get_params(ctx)
+        short = {opt for param in params for opt in (*param.opts, *param.secondary_opts)
                  if not opt.startswith("--")}  # -h: help; -x (one letter) is an exclusion too
-        args = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and arg not in short | {"-"}
-                else arg for arg in args]
-        return super().parse_args(ctx, args)
+        valued = {opt for param in params if isinstance(param, click.Option) and not param.is_flag
+                  and not param.count for opt in param.opts}
+        marked = [_EXCLUDED + arg if arg.startswith("-") and not arg.startswith("--") and arg not in short | {"-"}
+                  and (i == 0 or args[i - 1] not in valued) else arg for i, arg in enumerate(args)]
+        return super().parse_args(ctx, marked)
 
 
 @main.command("search", cls=_SearchCommand)
