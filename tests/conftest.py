@@ -39,11 +39,11 @@ class Clock:
         return self.now
 
 
-def _create_database(conn, name: str) -> None:
+def _create_database(conn, name: str, options: str = "") -> None:
     """A scratch database whose commits do not wait for the WAL flush: a server crash could lose
     its last commits, which nobody keeps; visibility, locks and isolation are unchanged, and the
     suite's thousands of small write transactions stop waiting on the disk."""
-    conn.execute(text(f'CREATE DATABASE "{name}"'))
+    conn.execute(text(f'CREATE DATABASE "{name}" {options}'))
     conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
 
 
@@ -54,14 +54,15 @@ def _unreachable(exc: Exception) -> str:
 
 
 @contextmanager
-def scratch_pg_database(prefix: str) -> Iterator[str]:
-    """The URL of a new database of its own on the test server, dropped afterwards; skips the
-    calling test (loudly, see ``pytest_terminal_summary``) when the server cannot be reached."""
+def scratch_pg_database(prefix: str, options: str = "") -> Iterator[str]:
+    """The URL of a new database of its own on the test server (``CREATE DATABASE`` with
+    ``options``), dropped afterwards; skips the calling test (loudly, see
+    ``pytest_terminal_summary``) when the server cannot be reached."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     try:
         admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with admin.connect() as conn:
-            _create_database(conn, name)
+            _create_database(conn, name, options)
     except Exception as exc:
         pytest.skip(_unreachable(exc))
     try:
