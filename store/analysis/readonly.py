@@ -223,6 +223,7 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
 
     conn: psycopg.Connection = driver_connect(engine)
     try:
+        _load_as_postgresql_writes(conn)
         conn.autocommit = True  # the transaction below is ours, as written
         cursor = conn.cursor()
         cursor.execute("BEGIN READ ONLY")
@@ -274,6 +275,27 @@ def _postgres_rows(engine: Engine, sql: str, deadline: float | None,
         conn.close()  # nothing was written, nothing stays
 
 
+def _load_as_postgresql_writes(conn: Any) -> None:
+    """Values Python's types would change or cannot hold, as PostgreSQL's text: an interval (a
+    ``timedelta`` has no months: ``'1 month'`` became "30 days, 0:00:00"), and dates and
+    timestamps out of Python's range (``infinity``, BC, after 9999), which failed the query."""
+    import psycopg
+    from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+    from psycopg.types.string import TextLoader
+
+    conn.adapters.register_loader("interval", TextLoader)
+    for name, loader in (("date", DateLoader), ("timestamp", TimestampLoader), ("timestamptz", TimestamptzLoader)):
+
+        class OrText(loader):  # type: ignore[valid-type,misc]
+            def load(self, data: Any) -> Any:
+                try:
+                    return super().load(data)
+                except psycopg.DataError:
+                    return bytes(data).decode()
+
+        conn.adapters.register_loader(name, OrText)
+
+
 def _pg_timeout(cursor: Any, deadline: float | None) -> None:
     """``statement_timeout`` for the next statement: what is left until ``deadline``."""
     left_ms = 0 if deadline is None else math.ceil((deadline - time.monotonic()) * 1000)  # not before it
@@ -296,14 +318,14 @@ def json_value(value: Any) -> Any:
 
 
 def cell_text(value: Any) -> str:
-    """A cell as text (CSV and table): NULL is empty, whole numbers in all their digits (as
+    """A cell as text (CSV and table): NULL is empty, numbers in all their digits (as
     ``--tsv`` writes them; ``--json`` has JSON.stringify's, which rounds past 2**53), everything
     else as ``--json`` writes it, strings without their quotes."""
     kind = type(value)
     if kind is str or kind is int:
         return str(value)
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return str(int(value))
+    if isinstance(value, Decimal):  # every digit, and NaN / Infinity as PostgreSQL writes them
+        return str(int(value)) if value.is_finite() and value == value.to_integral_value() else format(value, "f")
     value = json_value(value)
     if value is None:
         return ""
