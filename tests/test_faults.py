@@ -177,6 +177,26 @@ def test_read_only_folder(tmpfs: Path) -> None:
         assert line == f"Error: cannot write to {url}: the database file is read-only", line
 
 
+def test_the_viewer_reads_a_store_in_a_read_only_folder(tmpfs: Path) -> None:
+    """``list`` opened such a store (``mode=ro`` cannot make the ``-shm`` file: ``immutable``),
+    but ``serve`` built its engine with ``mode=ro`` alone and every page was a 503 "attempt to
+    write a readonly database"."""
+    import httpx
+
+    from tests.web.conftest import start_server, stop
+
+    url = stored_without_index(tmpfs)
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    process, base = start_server(url)
+    try:
+        listed = httpx.get(base + "/api/sessions", timeout=60)
+        page = httpx.get(base + "/", timeout=60)
+    finally:
+        stop(process)
+    assert listed.status_code == 200, listed.text
+    assert session_id(SESSION) in listed.text and page.status_code == 200
+
+
 # ------------------------------------------------------------------------ a database that is locked
 def test_locked_database(tmp_path: Path) -> None:
     url = stored_without_index(tmp_path)

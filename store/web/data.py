@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy.exc import DBAPIError
 
 from store import services
 from store.analysis import fts
@@ -20,7 +21,8 @@ from store.analysis.listing import SORTS
 from store.analysis.usage import main_models, usage_by_day
 from store.context_window import context_rows
 from store.db import queries
-from store.db.engine import make_engine, read_transaction, sqlite_path
+from store.db.engine import ReadOnly, make_engine, read_transaction, sqlite_path, wal_holds_commits
+from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
 from store.format import js_parse
@@ -53,8 +55,10 @@ def readonly_engine(url: str) -> Engine:
     connection to close does not checkpoint), SQLite's ``query_only`` pragma, PostgreSQL
     transactions begun ``READ ONLY`` by psycopg (the driver connection's setting, not the server
     session's: behind a transaction pooler a session default would outlive the transaction and
-    reach other clients). The viewer's guarantee, whatever its code does."""
-    engine = make_engine(url, read_only="ro") if sqlite_path(url) is not None else make_engine(url)
+    reach other clients). The viewer's guarantee, whatever its code does. A SQLite file that
+    ``mode=ro`` cannot open (in a read-only folder no ``-shm`` file can be made) is opened
+    ``immutable`` when no ``-wal`` file holds commits, as the CLI's read commands open it."""
+    engine = make_engine(url, read_only=_sqlite_read_mode(url)) if sqlite_path(url) is not None else make_engine(url)
 
     @event.listens_for(engine, "connect")
     def _read_only(dbapi_conn: Any, _record: Any) -> None:
@@ -64,6 +68,22 @@ def readonly_engine(url: str) -> Engine:
             dbapi_conn.read_only = True
 
     return engine
+
+
+def _sqlite_read_mode(url: str) -> ReadOnly:
+    """``ro``, unless it cannot open the file for want of writing (the ``-shm`` file) and no
+    ``-wal`` file holds commits that ``immutable`` would not see: then ``immutable``."""
+    probe = make_engine(url, read_only="ro")
+    try:
+        with probe.connect() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+    except DBAPIError as exc:
+        path = sqlite_path(url)
+        if path is not None and path.is_file() and sqlite_fault(exc) in CANNOT_WRITE and not wal_holds_commits(path):
+            return "immutable"
+    finally:
+        probe.dispose()
+    return "ro"
 
 
 # ---------------------------------------------------------------------------------------------- listing
