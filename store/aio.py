@@ -124,7 +124,7 @@ class AsyncSessionStore:
     ) -> AsyncSessionStore:
         """Open (and on first use create or upgrade) the database at ``url``: the URLs and plain
         file paths :meth:`SessionStore.connect` takes, on the async drivers."""
-        engine = make_async_engine(resolve_url(url) if url else default_url())
+        engine = make_async_engine(resolve_url(url) if url else default_url(make_folder=True))
         await _run(ensure_schema, engine.sync_engine)
         return cls(engine, clock, ids)
 

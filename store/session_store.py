@@ -87,7 +87,7 @@ class SessionStore:
         against Pi)."""
         from store.db.engine import ensure_schema
 
-        engine = make_engine(resolve_url(url) if url else default_url())
+        engine = make_engine(resolve_url(url) if url else default_url(make_folder=True))
         ensure_schema(engine)
         return cls(engine, clock, ids)
 

@@ -257,6 +257,32 @@ def test_an_option_value_that_starts_with_a_dash_is_the_options(tmp_path: Path) 
     assert "\x00" not in limit.stderr
 
 
+def test_the_default_database_folder_is_made_by_the_first_write_only(tmp_path: Path) -> None:
+    """``pi-store path`` ("nothing is opened or created") and every read command made
+    ``~/.local/share/pi-store`` (and failed where HOME is read-only); an explicit ``--db`` in a
+    folder that does not exist was "unable to open database file" for import, after ``list``
+    had said that import would create it."""
+    import os
+
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PI_STORE_DB": "", "XDG_DATA_HOME": ""}
+    (tmp_path / "home").mkdir()
+    default = tmp_path / "home" / ".local" / "share" / "pi-store" / "sessions.db"
+
+    def pi_store(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "store.cli", *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    assert pi_store("path").stdout.strip() == str(default)
+    listed = pi_store("list")
+    assert listed.returncode == 1 and f"no database at {default}" in listed.stderr
+    assert list((tmp_path / "home").iterdir()) == []
+    assert pi_store("import", str(SMALL)).returncode == 0 and default.is_file()
+    missing = tmp_path / "nope" / "x" / "s.db"
+    done = pi_store("--db", str(missing), "import", str(SMALL))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"its folder {missing.parent} does not exist" in done.stderr and not (tmp_path / "nope").exists()
+
+
 def test_a_read_command_on_an_older_schema_it_cannot_write_says_so(tmp_path: Path) -> None:
     """It tried to upgrade the schema read-only too and failed with "unable to open database
     file"; where it can write, a read command still upgrades it (the one write it does)."""

@@ -304,10 +304,12 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
     """
     from sqlalchemy.exc import DBAPIError
 
-    from store.db.engine import sqlite_path, wal_holds_commits
+    from store.db.engine import default_file, sqlite_path, wal_holds_commits
     from store.db.faults import CANNOT_WRITE, masked_url, sqlite_fault
 
     path = sqlite_path(url)
+    if not for_reading and path is not None and path == default_file():  # the store nobody named: made here
+        path.parent.mkdir(parents=True, exist_ok=True)
     if for_reading and path is not None and not path.exists():
         raise click.ClickException(f"no database at {path} (a write command, e.g. pi-store import, creates it)")
     if for_reading and path is not None and path.is_file() and path.stat().st_size == 0:  # SQLite: its header
@@ -365,7 +367,9 @@ def _unwritable(path: Path) -> str | None:
             return "the database file is read-only"
         if not os.access(folder, os.W_OK) and not Path(f"{path}-wal").exists():
             return f"its folder {folder} is read-only (SQLite writes its -wal and -shm files there)"
-    elif folder.is_dir() and not os.access(folder, os.W_OK):
+    elif not folder.is_dir():
+        return f"its folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK):
         return f"its folder {folder} is read-only"
     return None
 

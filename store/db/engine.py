@@ -249,15 +249,21 @@ def sqlite_file_url(path: Path) -> str:
     return "sqlite:///" + str(path.absolute()).replace("%", "%25").replace("?", "%3F")
 
 
-def default_url() -> str:
-    """``$PI_STORE_DB`` (a URL or a file path, see :func:`resolve_url`), else a SQLite file in the
-    user's data directory (``$XDG_DATA_HOME/pi-store/sessions.db``, its folder created)."""
+def default_url(*, make_folder: bool = False) -> str:
+    """``$PI_STORE_DB`` (a URL or a file path, see :func:`resolve_url`), else the SQLite file
+    :func:`default_file`, whose folder is made only when ``make_folder`` (a store about to write)."""
     if database := os.environ.get("PI_STORE_DB"):
         return resolve_url(database)
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    path = base / "pi-store" / "sessions.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = default_file()
+    if make_folder:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return sqlite_file_url(path)
+
+
+def default_file() -> Path:
+    """The store's file when no database is named: ``$XDG_DATA_HOME/pi-store/sessions.db``."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "pi-store" / "sessions.db"
 
 
 def make_engine(url: str | URL, *, read_only: ReadOnly | None = None, wal: bool = True) -> Engine:
