@@ -73,16 +73,30 @@ def _is(check: Callable[[], bool]) -> bool:
 
 
 def _jsonl_below(folder: Path, unreadable: list[OSError] | None) -> Iterator[Path]:
-    """``folder.rglob("*.jsonl")`` (symbolic links to folders not followed), except that a folder
-    that disappears while it is walked is passed over (rglob raised, ending ``sync --watch`` when
-    a project folder was deleted), and one that cannot be read is told to ``unreadable``."""
+    """``folder.rglob("*.jsonl")``, except that a folder that disappears while it is walked is
+    passed over (rglob raised, ending ``sync --watch`` when a project folder was deleted), one
+    that cannot be read is told to ``unreadable``, and symbolic links to folders are followed, as
+    Pi's ``SessionManager.listAll()`` lists a project folder that is a link: each folder is
+    walked once, under the first name it is reached by (a link back up does not loop)."""
+    walked: set[tuple[int, int]] = set()
+
+    def first_time(path: str) -> bool:
+        try:
+            info = os.stat(path)
+        except OSError:  # walked all the same: the walk tells why it cannot be read (or that it is gone)
+            return True
+        if (info.st_dev, info.st_ino) in walked:
+            return False
+        walked.add((info.st_dev, info.st_ino))
+        return True
 
     def passed_over(error: OSError) -> None:
         if unreadable is not None and not isinstance(error, FileNotFoundError):
             unreadable.append(error)
 
-    for parent, folders, names in os.walk(folder, onerror=passed_over):
-        folders.sort()  # walked in name order
+    first_time(str(folder))
+    for parent, folders, names in os.walk(folder, onerror=passed_over, followlinks=True):
+        folders[:] = [name for name in sorted(folders) if first_time(os.path.join(parent, name))]  # in name order
         for name in sorted(names):
             if name.endswith(".jsonl"):
                 yield Path(parent, name)

@@ -311,6 +311,27 @@ def test_a_folder_that_disappears_while_it_is_walked_is_passed_over(tmp_path: Pa
     assert [first, *walking] == [tmp_path / "a" / "x.jsonl"]
 
 
+def test_project_folders_that_are_symbolic_links_are_imported_once(tmp_path: Path) -> None:
+    """Pi's ``SessionManager.listAll()`` lists a project folder that is a symbolic link; os.walk
+    did not follow it: ``import``/``sync`` skipped its sessions without a word (``--watch`` never
+    saw them). A link back up (``loop -> ..``) or to a folder walked already adds nothing."""
+    sessions = tmp_path / "agent" / "sessions"
+    (sessions / "--a--").mkdir(parents=True)
+    (tmp_path / "ext" / "--b--").mkdir(parents=True)
+    shutil.copy(FIXTURES["small-seed1-0"], sessions / "--a--" / "x.jsonl")
+    shutil.copy(FIXTURES["small-seed2-0"], tmp_path / "ext" / "--b--" / "y.jsonl")
+    (sessions / "--b--").symlink_to(Path("..", "..", "ext", "--b--"))
+    (tmp_path / "ext" / "--b--" / "loop").symlink_to("..")
+    (sessions / "--a--" / "again").symlink_to(Path("..", "--b--"))
+    (sessions / "--c--").symlink_to("--a--")
+    (sessions / "--d--").symlink_to("missing")  # a link to nothing: nothing to list
+    assert syncing.session_files([sessions]) == [sessions / "--a--" / "x.jsonl", sessions / "--b--" / "y.jsonl"]
+    with SessionStore.connect(f"sqlite:///{tmp_path / 's.db'}") as store:
+        reports = store.import_path(sessions)
+        assert [(r.status, r.path) for r in reports] == [("imported", str(sessions / "--a--" / "x.jsonl")),
+                                                         ("imported", str(sessions / "--b--" / "y.jsonl"))]
+
+
 def _as_nobody(command: list[str]) -> list[str]:
     """``command`` as a user whom file modes bind (root reads a folder of mode 000 all the same)."""
     if os.geteuid() != 0:
