@@ -294,8 +294,8 @@ class SessionStore:
     def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False,
                     prefer: str | None = None, keep_non_sessions: bool = False) -> list[ImportReport]:
         """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
-        file, failures (conflicts, strict refusals) and files that are not sessions included
-        (``store.interchange.syncing``)."""
+        file, failures (conflicts, strict refusals) and files that are not sessions included, none
+        for a file found in a folder and deleted before it was read (``store.interchange.syncing``)."""
         from store.interchange.syncing import import_paths
 
         return list(import_paths(self, paths, strict=strict, replace=replace, prefer=prefer,

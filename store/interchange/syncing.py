@@ -6,7 +6,8 @@ each, idempotent, appends read incrementally), so an interrupted run resumes whe
 the files it finished are unchanged on the next run, the one it was in starts over. A file's
 failure — a conflict, a ``strict`` refusal, an unreadable file, even an unexpected error — is
 reported and the run goes on; a file that is not a Pi session is reported (``not-session``) and
-stored only when asked (``keep_non_sessions``).
+stored only when asked (``keep_non_sessions``). A file found in a folder and deleted before it
+was opened (Pi deletes session files itself) is passed over, as a folder that vanished is.
 """
 
 from __future__ import annotations
@@ -146,11 +147,13 @@ class Summary:
 def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
                prefer: str | None = None, keep_non_sessions: bool = False,
                progress: Callable[[int], None] | None = None, settle: float | None = None,
-               fork: bool = True) -> ImportReport:
+               fork: bool = True, missing_ok: bool = False) -> ImportReport | None:
     """:func:`import_file` that reports failures instead of raising them — any exception, even
     one nobody foresaw, is that file's ``failed`` report. ``settle``: a file that does not end
     with a newline and changed less than that many seconds ago is left for later (``busy``): Pi
-    is probably writing its last line. ``fork``: a big file may be read by a forked worker."""
+    is probably writing its last line. ``fork``: a big file may be read by a forked worker.
+    ``missing_ok`` (a file found in a folder): None, no report, when the file is gone before it
+    is opened — deleted since the folder was listed, as Pi deletes sessions."""
     try:
         if settle is not None and _being_written(path, settle):
             return ImportReport(str(path), None, BUSY, note=f"{path}: being written (no final newline yet)")
@@ -169,6 +172,8 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
     except StrictRefusal as exc:
         return ImportReport(str(path), None, REFUSED, error=str(exc))
     except StoreError as exc:  # the file's transaction rolled back: report it and go on with the next file
+        if missing_ok and isinstance(exc.__cause__, FileNotFoundError):  # gone before it was opened
+            return None
         return ImportReport(str(path), None, FAILED, error=f"{type(exc).__name__}: {error_line(exc)}",
                             retry=isinstance(exc, _MAY_PASS) or isinstance(exc.__cause__, OSError))  # unreadable
     except (OSError, DBAPIError, store.engine.dialect.loaded_dbapi.Error) as exc:  # a fault that may pass
@@ -201,19 +206,22 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     """Import every file of :func:`session_files`, one report each, in their order.
     ``on_file(i, path)`` is called as each starts; ``progress`` gets the bytes read. A file that
     is not a Pi session is stored only when it was named itself (an explicit choice, like
-    ``keep_non_sessions``), never when it was merely found in a folder. ``jobs``: files imported
+    ``keep_non_sessions``), never when it was merely found in a folder; one found in a folder and
+    deleted before it is opened gets no report (``missing_ok``). ``jobs``: files imported
     at once on PostgreSQL (default :func:`default_jobs`; SQLite stores one at a time), see
     :func:`_in_parallel`."""
     paths = list(paths)
     named = {os.path.realpath(path) for path in paths if not _is(Path(path).is_dir)}
 
-    def one(index: int, path: Path, *, fork: bool = True, stop: threading.Event | None = None) -> ImportReport:
+    def one(index: int, path: Path, *, fork: bool = True,
+            stop: threading.Event | None = None) -> ImportReport | None:
         if on_file is not None:
             on_file(index, path)
-        keep = keep_non_sessions or os.path.realpath(path) in named
-        return import_one(store, path, strict=strict, replace=replace, prefer=prefer, keep_non_sessions=keep,
+        named_itself = os.path.realpath(path) in named
+        return import_one(store, path, strict=strict, replace=replace, prefer=prefer,
+                          keep_non_sessions=keep_non_sessions or named_itself,
                           progress=progress if stop is None else _stoppable(progress, stop), settle=settle,
-                          fork=fork)
+                          fork=fork, missing_ok=not named_itself)
 
     unreadable: list[OSError] = []
     files = session_files(paths, unreadable)
@@ -221,7 +229,8 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     jobs = import_jobs(store, jobs)
     if jobs <= 1 or len(files) < 2:
         for index, path in enumerate(files):
-            yield one(index, path)
+            if (report := one(index, path)) is not None:
+                yield report
         return
     yield from _in_parallel(files, jobs, one)
 
@@ -246,7 +255,8 @@ def default_jobs(store: SessionStore) -> int:
     return whole_number("PI_STORE_IMPORT_JOBS", os.environ.get("PI_STORE_IMPORT_JOBS", "").strip() or None, 2, 1)
 
 
-def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport]) -> Iterator[ImportReport]:
+def _in_parallel(files: list[Path], jobs: int,
+                 one: Callable[..., ImportReport | None]) -> Iterator[ImportReport]:
     """Import ``files`` on ``jobs`` threads, each file in its own transaction as always, the
     reports in file order, each file started after the files :func:`start_after` names. Big
     files are read in this process (no forked reader next to other threads). When the caller
@@ -256,7 +266,7 @@ def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport])
     pending: deque[Future] = deque()
     stop = threading.Event()
 
-    def run(index: int, path: Path, before: list[Future]) -> ImportReport:
+    def run(index: int, path: Path, before: list[Future]) -> ImportReport | None:
         for future in before:  # submitted earlier: running or done (the pool takes work in order)
             future.result()
         return one(index, path, fork=False, stop=stop)
@@ -268,9 +278,11 @@ def _in_parallel(files: list[Path], jobs: int, one: Callable[..., ImportReport])
                 futures.append(pool.submit(run, index, path, [futures[i] for i in after]))
                 pending.append(futures[-1])
                 while pending and (pending[0].done() or len(pending) > 4 * jobs):
-                    yield pending.popleft().result()
+                    if (report := pending.popleft().result()) is not None:  # None: the file was gone
+                        yield report
             while pending:
-                yield pending.popleft().result()
+                if (report := pending.popleft().result()) is not None:
+                    yield report
         finally:
             stop.set()  # the caller stopped reading the reports: no new files, the running ones end
             for future in pending:
@@ -334,26 +346,28 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     process is interrupted). A file still being written (``busy``) or whose import failed for a
     fault that may pass (``report.retry``: the database locked or unreachable, the file
     unreadable) is looked at again next round; ``on_report`` hears of it when it first happens
-    for the file's size and time. A folder below that could not be read is reported so too, and
-    ``on_readable(path)`` hears when it can be read again (or is gone): its report no longer
-    holds. ``after_round`` runs after each look at the folder."""
+    for the file's size and time. A folder below that could not be read is reported so too.
+    ``on_readable(path)`` hears when such a folder can be read again, or when such a folder or
+    file is gone (Pi deletes session files): its report no longer holds. A file deleted before
+    it was opened is passed over. ``after_round`` runs after each look at the folder."""
     seen: dict[str, tuple[int, int]] = {}
-    pending: dict[str, tuple[tuple[int, int], str, str | None]] = {}  # retried: the state and what was reported
-    failing: dict[str, str] = {}  # folders below that could not be read: key -> the reported path
+    # told, looked at again each round: key -> the reported path, and the state and what was reported
+    pending: dict[str, tuple[str, tuple[tuple[int, int], str, str | None]]] = {}
+
+    def tell(key: str, signature: tuple[int, int], report: ImportReport) -> None:  # once, until it changes
+        if pending.get(key) != (told := (report.path, (signature, report.status, report.error))):
+            pending[key] = told
+            on_report(report)
+
     while not stop():
         unreadable: list[OSError] = []
         files = session_files([folder], unreadable)
-        now_failing = {}
-        for report in map(unreadable_folder, unreadable):  # told once, until it changes
-            key = os.path.realpath(report.path)
-            now_failing[key] = report.path
-            if pending.get(key) != (told := ((0, 0), report.status, report.error)):
-                pending[key] = told
-                on_report(report)
-        for key in failing.keys() - now_failing.keys():  # a new failure is told again
-            pending.pop(key, None)
-            on_readable(failing[key])
-        failing = now_failing
+        still = {os.path.realpath(path) for path in files}
+        for report in map(unreadable_folder, unreadable):
+            still.add(key := os.path.realpath(report.path))
+            tell(key, (0, 0), report)
+        for key in pending.keys() - still:  # readable again, or gone (a new failure is told again)
+            on_readable(pending.pop(key)[0])
         for path in files:
             try:
                 info = path.stat()
@@ -363,12 +377,11 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             if seen.get(key) == signature:
                 continue
             report = import_one(store, path, strict=strict, replace=replace, prefer=prefer,
-                                keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS)
+                                keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS, missing_ok=True)
+            if report is None:  # deleted since it was listed
+                continue
             if report.status == BUSY or report.retry:
-                told = (signature, report.status, report.error)
-                if pending.get(key) != told:
-                    pending[key] = told
-                    on_report(report)
+                tell(key, signature, report)
                 continue
             pending.pop(key, None)
             seen[key] = signature

@@ -332,6 +332,62 @@ def test_project_folders_that_are_symbolic_links_are_imported_once(tmp_path: Pat
                                                          ("imported", str(sessions / "--b--" / "y.jsonl"))]
 
 
+def test_a_file_deleted_before_it_is_read_is_passed_over(db_url: str, tmp_path: Path) -> None:
+    """Pi deletes session files itself; one deleted between the folder's listing and its import
+    was a failure ("cannot read: No such file or directory", exit 1) where a folder that vanished
+    is passed over. A file named itself that is not there is still a failure."""
+    folder = tmp_path / "sessions" / "--a--"
+    folder.mkdir(parents=True)
+    names = ["small-seed1-0", "small-seed2-0", "small-seed3-0"]
+    for name in names:
+        shutil.copy(FIXTURES[name], folder / f"{name}.jsonl")
+    deleted = folder / "small-seed2-0.jsonl"
+
+    def on_file(index: int, path: Path) -> None:
+        if path == deleted:
+            path.unlink()  # as Pi's session selector does, just before it is opened
+
+    with SessionStore.connect(db_url) as store:
+        reports = list(import_paths(store, [tmp_path / "sessions"], on_file=on_file))
+        assert [(r.status, r.path) for r in reports] == [("imported", str(folder / f"{name}.jsonl"))
+                                                         for name in names if name != "small-seed2-0"]
+        (named,) = store.import_path(deleted)
+        assert named.status == "failed" and "No such file or directory" in named.error
+
+
+def test_watch_forgets_a_file_it_was_retrying_once_it_is_gone(shared_tmp: Path) -> None:
+    """An unreadable file (failed, tried again) and one Pi is still writing (busy), both then
+    deleted: the watch's summary still counted them ("1 busy, 1 failed", exit 1)."""
+    folder = shared_tmp / "sessions" / "--a--"
+    folder.mkdir(parents=True)
+    for inner in (folder.parent, folder):
+        inner.chmod(0o777)
+    unreadable, busy, later = (folder / f"{name}.jsonl" for name in ("a", "b", "c"))
+    shutil.copy(FIXTURES["small-seed1-0"], unreadable)
+    unreadable.chmod(0)
+    busy.write_bytes(FIXTURES["small-seed2-0"].read_bytes().rstrip(b"\n"))  # no final newline yet
+    soon = time.time() + 3600
+    os.utime(busy, (soon, soon))  # written "just now" however slowly the watch starts
+    watcher = subprocess.Popen(_as_nobody(cli(str(shared_tmp / "w.db"), "sync", str(folder.parent), "--watch",
+                                              "--interval", "0.1", "--json")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "HOME": str(shared_tmp)})
+    assert watcher.stdout is not None
+    try:
+        told = [json.loads(watcher.stdout.readline()) for _ in range(2)]
+        assert [(r["status"], r["path"]) for r in told] == [("failed", str(unreadable)), ("busy", str(busy))]
+        unreadable.unlink()
+        busy.unlink()
+        shutil.copy(FIXTURES["small-seed3-0"], shared_tmp / "c.jsonl")
+        os.replace(shared_tmp / "c.jsonl", later)  # whole at once; its import: a round that saw the others gone
+        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["summary"]["statuses"] == {"imported": 1}
+
+
 def _as_nobody(command: list[str]) -> list[str]:
     """``command`` as a user whom file modes bind (root reads a folder of mode 000 all the same)."""
     if os.geteuid() != 0:
