@@ -217,14 +217,17 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
         return
     summary = Summary()
     started = time.monotonic()
+    # each file is counted once, when the watch ends: as still to be tried again, else by its last outcome
+    outcomes: dict[str, ImportReport] = {}
     again: dict[str, ImportReport] = {}  # told, to be tried again: counted only if still so at the end
 
     def on_report(report: ImportReport) -> None:
+        summary.add_totals(report)  # what every import read and stored
         if report.status == BUSY or report.retry:
             again[report.path] = report
         else:  # the file's outcome
             again.pop(report.path, None)
-            summary.add(report)
+            outcomes[report.path] = report
         if report.status != "unchanged" or report.note:  # a diverged session says so every time
             _print_report(report, as_json)
 
@@ -233,8 +236,8 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
         watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
               keep_non_sessions=keep_non_sessions, on_report=on_report,
               on_readable=lambda path: again.pop(path, None), after_round=lambda: _index_imports(store))
-    for report in again.values():
-        summary.add(report)
+    for report in {**outcomes, **again}.values():
+        summary.count(report)
     summary.seconds = time.monotonic() - started
     _finish(summary, as_json)
 

@@ -125,8 +125,17 @@ class Summary:
     seconds: float = 0.0
 
     def add(self, report: ImportReport) -> None:
+        """A file, counted by its report, and what its import read."""
+        self.count(report)
+        self.add_totals(report)
+
+    def count(self, report: ImportReport) -> None:
+        """A file, counted by its report's status (its outcome)."""
         self.files += 1
         self.statuses[report.status] = self.statuses.get(report.status, 0) + 1
+
+    def add_totals(self, report: ImportReport) -> None:
+        """What an import read and stored: the session, lines, entries, bytes and warnings."""
         if report.imported and report.session_id is not None:
             self.sessions.add(report.session_id)
         self.lines += report.lines

@@ -263,10 +263,46 @@ def test_watch_follows_a_live_folder(tmp_path: Path) -> None:
         watcher.send_signal(signal.SIGINT)
         out, err = watcher.communicate(timeout=60)
     assert watcher.returncode == 0, err
-    assert json.loads(out.splitlines()[-1])["summary"]["statuses"] == {"imported": 1, "appended": 1}
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert (summary["files"], summary["statuses"]) == (1, {"appended": 1})  # one file, by its last outcome
+    assert summary["bytes"] == len(b"".join(full)) and summary["sessions"] == 1  # what each import read
     with SessionStore.connect(db) as store:
         session_id = json.loads(full[0])["id"]
         assert b"".join(store.iter_export(session_id)) == b"".join(full)
+
+
+def test_watch_counts_each_file_by_its_last_outcome(tmp_path: Path) -> None:
+    """A file imported, rewritten (a conflict), settled by ``import --prefer file`` in another
+    process, then appended to: the summary counted events, "3 files (1 appended, 1 conflict,
+    1 imported)", and the watch ended with exit 1 for one file whose last outcome was fine."""
+    folder = tmp_path / "sessions" / "--w--"
+    folder.mkdir(parents=True)
+    path = folder / "live.jsonl"
+    full = lines_of(FIXTURES["small-seed9-0"])
+    path.write_bytes(b"".join(full[:5]))
+    db = str(tmp_path / "s.db")
+    watcher = subprocess.Popen(cli(db, "sync", str(tmp_path / "sessions"), "--watch", "--interval", "0.1", "--json"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watcher.stdout is not None
+    try:
+        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+        rewritten = full[:4] + full[5:7]  # line 5 left out: not what is stored, nor its start
+        path.write_bytes(b"".join(rewritten))
+        assert json.loads(watcher.stdout.readline())["status"] == "conflict"
+        settled = subprocess.run(cli(db, "import", "--prefer", "file", str(path), "--json"), capture_output=True,
+                                 text=True, timeout=120)
+        assert json.loads(settled.stdout.splitlines()[0])["status"] == "replaced", settled.stderr
+        with path.open("ab") as out:  # Pi appends lines
+            out.write(b"".join(full[7:]))
+        assert json.loads(watcher.stdout.readline())["status"] == "appended"
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert (summary["files"], summary["statuses"], summary["failed"]) == (1, {"appended": 1}, 0)
+    with SessionStore.connect(f"sqlite:///{db}") as store:
+        assert b"".join(store.iter_export(json.loads(full[0])["id"])) == b"".join(rewritten + full[7:])
 
 
 def test_watch_imports_a_claimed_sessions_lines_once_the_claim_ends(tmp_path: Path) -> None:
