@@ -272,6 +272,7 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
         raise click.BadParameter("empty: name a file (or leave -o out for standard output)" if output == "" else
                                  "empty: name a folder", param_hint="-o" if output == "" else "--all")
     output = None if output == "-" else output
+    existed = output is not None and os.path.exists(output)  # what a failed export leaves as it was
     try:
         if all_dir is not None:
             _export_all(all_dir, as_migrated, as_json, force)
@@ -284,7 +285,7 @@ def export_command(session: str | None, output: str | None, all_dir: str | None,
     except BrokenPipeError:  # the reader left (``| head``): the command's quiet 141, not a failed export
         raise
     except (OSError, SQLAlchemyError) as exc:
-        kept = f" ({output} is unchanged)" if output else ""
+        kept = f" ({output} is unchanged)" if existed else ""
         raise click.ClickException(f"export failed{kept}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -175,7 +175,7 @@ def _write_atomically(target: str, chunks: Iterator[bytes], force: bool) -> int:
     folder = os.path.dirname(target)
     temporary = os.path.join(folder, f".pi-store-{secrets.token_hex(8)}.tmp")
     written = 0
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    fd = _create_beside(temporary, folder)
     try:
         with os.fdopen(fd, "wb") as out, _Existing(target, force) as existing:
             for chunk in chunks:
@@ -194,6 +194,18 @@ def _write_atomically(target: str, chunks: Iterator[bytes], force: bool) -> int:
         raise
     _fsync_folder(folder)
     return written
+
+
+def _create_beside(temporary: str, folder: str) -> int:
+    """Create the temporary file ``temporary`` in ``folder``; an error names the folder, in the
+    error's own type ("folder X does not exist", "cannot write in folder X: Permission denied"),
+    not the temporary file nobody asked for."""
+    try:
+        return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"folder {folder} does not exist") from None
+    except OSError as exc:
+        raise type(exc)(f"cannot write in folder {folder}: {exc.strerror or exc}") from None
 
 
 class _Existing:

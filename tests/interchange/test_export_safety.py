@@ -20,6 +20,7 @@ from store.interchange.exporting import NAME_MAX, export_all, pi_relative_path, 
 from store.interchange.importing import import_file
 from store.session_store import SessionStore
 from tests.interchange.sqlite_damage import damage_page_of
+from tests.interchange.test_sync import _as_nobody
 
 PRECIOUS = b'{"precious":true}\n'
 STAMP = "2026-01-02T03:04:05.678Z"
@@ -88,6 +89,42 @@ def test_cli_export_errors_leave_the_file_alone(sqlite_db: tuple[str, Path], tmp
     broken = pi_store(db, "export", "s1", "-o", str(target), "--force")
     assert broken.returncode == 1 and "malformed" in broken.stderr and "Traceback" not in broken.stderr
     assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
+
+
+def test_cli_export_into_a_missing_folder_names_the_folder(sqlite_db: tuple[str, Path], tmp_path: Path) -> None:
+    """It said "export failed (missing/dir/x.jsonl is unchanged): FileNotFoundError: ... No such
+    file or directory: '.../missing/dir/.pi-store-93577615e2f5a280.tmp'": a file that does not
+    exist called unchanged, and a temporary file the user never asked for named."""
+    db, _ = sqlite_db
+    target = tmp_path / "missing" / "dir" / "x.jsonl"
+    done = pi_store(db, "export", "s1", "-o", str(target))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"folder {target.parent} does not exist" in done.stderr, done.stderr
+    assert ".pi-store-" not in done.stderr and "unchanged" not in done.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+def test_cli_export_into_a_read_only_folder_names_the_folder(shared_tmp: Path) -> None:
+    """The same for a folder the user may not write in ("PermissionError: ... '.pi-store-...tmp'"):
+    "cannot write in folder X", and "is unchanged" only of a file that is there."""
+    database = shared_tmp / "s.db"
+    with SessionStore.connect(f"sqlite:///{database}") as store:
+        import_file(store, session_file(shared_tmp, "s1"))
+    database.chmod(0o666)
+    folder = shared_tmp / "read-only"
+    folder.mkdir()
+    (folder / "old.jsonl").write_bytes(PRECIOUS)
+    (folder / "old.jsonl").chmod(0o666)
+    folder.chmod(0o555)
+    for name, existing in (("new.jsonl", False), ("old.jsonl", True)):
+        target = folder / name
+        done = subprocess.run(_as_nobody([sys.executable, "-m", "store.cli", "--db", str(database), "export", "s1",
+                                          "-o", str(target), "--force"]),
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(shared_tmp)})
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert f"cannot write in folder {folder}: Permission denied" in done.stderr, done.stderr
+        assert ".pi-store-" not in done.stderr and (f"{target} is unchanged" in done.stderr) == existing
+    assert sorted(p.name for p in folder.iterdir()) == ["old.jsonl"] and (folder / "old.jsonl").read_bytes() == PRECIOUS
 
 
 def test_cli_export_replaces_the_file_once_complete(sqlite_db: tuple[str, Path], tmp_path: Path) -> None:

@@ -433,19 +433,6 @@ def _as_nobody(command: list[str]) -> list[str]:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
 
 
-@pytest.fixture
-def shared_tmp() -> Path:
-    """A scratch folder the user of :func:`_as_nobody` can write in (pytest's own is root's alone)."""
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="pi-store-unreadable-"))
-    folder.chmod(0o777)
-    yield folder
-    for inner in folder.rglob("*"):
-        inner.chmod(0o777)
-    shutil.rmtree(folder)
-
-
 @pytest.mark.parametrize(("mode", "command"), [(0, "sync"), (0o644, "import"), (0o644, "sync")])
 def test_a_folder_that_cannot_be_read_is_a_failure_that_names_it(shared_tmp: Path, mode: int, command: str) -> None:
     """Mode 000: os.walk dropped it without a word (exit 0, "1 file (1 imported)", its sessions
