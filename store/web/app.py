@@ -290,9 +290,9 @@ def create_app(store: SessionStore, token: str | None = None) -> Guard:
             limit = int(params.get("limit") or data.SEARCH_LIMIT)
         except ValueError as exc:
             raise data.BadRequest("limit is not a number") from exc
-        if limit > data.MAX_LIMIT:
-            raise data.BadRequest(f"limit must be at most {data.MAX_LIMIT}")
-        return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, max(limit, 1)))
+        if not 1 <= limit <= data.MAX_LIMIT:  # as /api/sessions answers (0 and -1 were taken as 1)
+            raise data.BadRequest(f"limit must be from 1 to {data.MAX_LIMIT}")
+        return JSJSONResponse(data.search_hits(store, text, params.get("session") or None, limit))
 
     def api_usage(request: Request, params: QueryParams) -> Response:
         if "session_id" in request.path_params and not _route_suffix(request, "/usage"):

@@ -63,7 +63,7 @@ def forged(*cursor: object) -> str:
 
 @pytest.mark.parametrize("path", [
     "/?limit=99999999999999999999999", "/api/sessions?limit=9223372036854775807",
-    "/api/search?q=module&limit=9223372036854775808",
+    "/api/search?q=module&limit=9223372036854775808", "/api/search?q=module&limit=0", "/api/search?q=module&limit=-1",
     "/api/sessions?cursor=" + forged("modified", False, 1, 2**70),
     "/api/sessions?cursor=" + forged("modified", False, 2**70, 1),
     "/api/sessions?cursor=" + forged("modified", False, {"a": 1}, 1),
