@@ -3,7 +3,9 @@
 Every failure ends in one line on stderr and exit status 1, never a traceback: the store's own
 errors (``StoreError``) as their message, anything else as ``Error: <what> (<where>)``, with
 passwords masked (``PI_STORE_DEBUG=1`` shows the traceback instead). Ctrl-C exits 130 quietly, and
-so does a closed pipe (``pi-store list | head``), with 141.
+so does a closed pipe (``pi-store list | head``), with 141. A SIGTERM (``kill``, a service manager
+stopping ``sync --watch``) is handled as Ctrl-C is — the database's work cancelled or rolled back,
+what the command does on Ctrl-C done — and exits 143, as the signal's own exit would.
 
 The store is opened when a command first asks for it (``--help`` and usage errors never
 connect). Read commands (:data:`READ_COMMANDS`) still read a SQLite database that cannot be
@@ -149,6 +151,7 @@ class _Commands(click.Group):
                 # a lone surrogate (legal in Pi's JSON, stored as such) cannot be encoded: printed as
                 # its escape, \ud800, as JSON writes it, where it failed the whole listing
                 stream.reconfigure(errors="backslashreplace")
+        terminated = _on_sigterm_interrupt()
         try:
             try:
                 result = super().invoke(ctx)
@@ -160,7 +163,7 @@ class _Commands(click.Group):
                 ctx.close()
             return result
         except KeyboardInterrupt:
-            ctx.exit(130)
+            ctx.exit(143 if terminated else 130)
         except BrokenPipeError:  # the reader left (``| head``): stop quietly, as a killed writer would
             _silence_stdout()
             ctx.exit(141)
@@ -175,6 +178,24 @@ class _Commands(click.Group):
             if os.environ.get("PI_STORE_DEBUG") == "1":
                 raise
             raise click.ClickException(_mask(ctx, _describe(ctx, exc))) from exc
+
+
+def _on_sigterm_interrupt() -> list[bool]:
+    """From now on a SIGTERM raises ``KeyboardInterrupt``, as Ctrl-C does (psycopg then cancels a
+    running query, which the server went on with after the process died), unless someone else
+    handles the signal; returns a list that holds ``True`` once it came."""
+    import signal
+
+    came: list[bool] = []
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        came.append(True)
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread (a command invoked from a thread)
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, interrupt)
+    return came
 
 
 def _silence_stdout() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from store.analysis.readonly import QueryFailed, ResultSet, run_sql, to_csv, to_rows_json, to_table
 from store.cli.output import Column, write_delimited
@@ -152,6 +153,37 @@ def test_postgresql_values_python_cannot_hold_are_shown_as_postgresql_writes_the
         "0.00000000000000000001"]
     assert "12345678901234567890.5 | NaN" in to_table(result)
     assert to_rows_json(result)[0]["month"] == "1 mon" and to_rows_json(result)[0]["day"] == "2026-12-07"
+
+
+def test_a_killed_sql_command_does_not_leave_its_query_running_on_the_server() -> None:
+    """Ctrl-C cancels the query (psycopg sends the cancel); a SIGTERM ended the process and left
+    the server running the statement, with no time limit (``--timeout 0``), until someone
+    terminated the backend by hand (the server does not notice a client gone mid-query). A
+    SIGTERM is now handled as Ctrl-C is, with its own exit status, 143."""
+    import signal
+    import time
+
+    endless = "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT count(*) FROM t"
+    running = ("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pi_store_sql_fetch%' AND state = 'active' "
+               "AND pid <> pg_backend_pid()")
+    with scratch_pg_database("pi_store_sigterm") as url, SessionStore.connect(url) as store:
+        process = subprocess.Popen([sys.executable, "-m", "store.cli", "--db", url, "sql", "--timeout", "0", endless],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # a new view each time
+                deadline = time.monotonic() + 60
+                while conn.execute(text(running)).scalar_one() == 0 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert conn.execute(text(running)).scalar_one() == 1
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=30) == 143
+                deadline = time.monotonic() + 15
+                while conn.execute(text(running)).scalar_one() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert conn.execute(text(running)).scalar_one() == 0
+        finally:
+            process.kill()
+            process.wait()
 
 
 def test_formats() -> None:
