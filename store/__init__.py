@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         InvalidSessionId,
         NotEditable,
         NotOnActiveBranch,
+        NotPiSession,
         SessionChanged,
         SessionClaimed,
         SessionExists,
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EntryNotFound", "ImportFailed", "InvalidEntry", "InvalidReplacement", "InvalidSessionId", "NotEditable",
-    "NotOnActiveBranch", "SessionChanged", "SessionClaimed", "SessionExists", "SessionManager", "SessionNotFound",
-    "SessionStore", "StoreError",
+    "NotOnActiveBranch", "NotPiSession", "SessionChanged", "SessionClaimed", "SessionExists", "SessionManager",
+    "SessionNotFound", "SessionStore", "StoreError",
 ]
 _HOMES = {name: "store.errors" for name in __all__} | {"SessionStore": "store.session_store",
                                                        "SessionManager": "store.manager"}

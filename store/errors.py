@@ -19,6 +19,12 @@ class SessionExists(StoreError):
     """A session with that id is already stored (and the new data is not the same file)."""
 
 
+class NotPiSession(StoreError):
+    """The stored session is a file Pi refuses to open (no session header first, or a migration
+    Pi cannot make): it is kept byte for byte, to export or delete, but cannot be opened or
+    written as a session."""
+
+
 class EntryNotFound(StoreError, LookupError):
     """No entry with that id in the session (branch, label, context edit, branched session)."""
 

@@ -46,6 +46,7 @@ from store.errors import (
     InvalidEntry,
     NotEditable,
     NotOnActiveBranch,
+    NotPiSession,
     SessionClaimed,
     SessionExists,
     SessionNotFound,
@@ -138,7 +139,11 @@ class SessionManager:
 
     def _take_identity(self, conn: Connection, row: Row) -> None:
         """Identity, version and leaf from the session ``row``, read on ``conn`` (the leaf's
-        columns read there too)."""
+        columns read there too); ``NotPiSession`` when Pi would not open the session's file."""
+        if not row.pi_valid:
+            raise NotPiSession(f"session {row.session_id} is not a valid Pi session: Pi refuses to open its file "
+                               "(it has no session header first, or Pi cannot migrate it), so it is not opened or "
+                               "written here either; it can be exported or deleted")
         self._stored_id: str = row.session_id  # db_text's form: what the columns hold and are compared with
         written = queries.header_as_written(conn, row)
         self.session_id: str = written.get("session_id", row.session_id)

@@ -30,6 +30,20 @@ def _stored(tmp_path: Path) -> tuple[list[str], str]:
     return pi_store, __import__("json").loads(listed.stdout)[0]["id"]
 
 
+def test_commands_that_open_a_session_pi_refuses_say_so_in_one_line(tmp_path: Path) -> None:
+    """``tree`` drew an empty tree of a stored file without a session header (``compact`` found
+    nothing to summarise): Pi refuses to open that file, and so do they."""
+    pi_store = [sys.executable, "-m", "store.cli", "--db", str(tmp_path / "s.db")]
+    not_session = SMALL.with_name("edge-not-session.jsonl")
+    imported = subprocess.run([*pi_store, "import", "--json", str(not_session)], check=True, capture_output=True,
+                              text=True, timeout=120)
+    session = __import__("json").loads(imported.stdout.splitlines()[0])["sessionId"]
+    for args in (["tree", session], ["compact", session, "--dry-run"]):
+        done = subprocess.run([*pi_store, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert done.stderr.startswith(f"Error: session {session} is not a valid Pi session"), done.stderr
+
+
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(),
                     reason="no /dev/full here (a device whose writes fail as on a full disk)")
 @pytest.mark.parametrize("to", ["stdout", "-o"])

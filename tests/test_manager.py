@@ -12,10 +12,12 @@ from store.errors import (
     InvalidSessionId,
     NotEditable,
     NotOnActiveBranch,
+    NotPiSession,
     SessionExists,
 )
 from store.session_store import SessionStore
 from tests.conftest import Clock
+from tests.oracle_support import FIXTURES
 
 pytestmark = pytest.mark.both_apis  # every test on the `store` fixture: on the sync API, then the async one
 
@@ -313,6 +315,21 @@ def test_listing_and_continue_recent(store: SessionStore) -> None:
     assert store.continue_recent("/a").get_session_id() == two.get_session_id()
     fresh = store.continue_recent("/c")
     assert store.find_by_id(fresh.get_session_id()) is None  # new, not stored until it talks
+
+
+@pytest.mark.parametrize("name", ["edge-bom.jsonl", "edge-not-session.jsonl"])
+def test_a_stored_file_pi_refuses_to_open_is_not_opened_or_written(store: SessionStore, tmp_path, name: str) -> None:
+    """A file without a session header first (here: after a byte order mark, or none at all),
+    stored because it was named: ``open`` once gave a manager with no entries whose appends made
+    a new root, and the export was then a file Pi refused. Pi's ``SessionManager.open`` refuses it."""
+    source = FIXTURES / "sessions" / name
+    session_id = store.import_jsonl(source, keep_non_sessions=True)
+    with pytest.raises(NotPiSession, match=r"is not a valid Pi session: Pi refuses to open its file"):
+        store.open(session_id)
+    with pytest.raises(NotPiSession):
+        store.fork_from(session_id, "/elsewhere")
+    store.export_jsonl(session_id, tmp_path / name)
+    assert (tmp_path / name).read_bytes() == source.read_bytes()  # kept as it was
 
 
 def test_ids_that_are_not_strings_name_no_entry(store: SessionStore) -> None:
