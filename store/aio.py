@@ -373,7 +373,7 @@ class AsyncSessionManager:
         result = await greenlet_spawn(services.summarize_branch, old_path, target_path, _OnTheLoop(summarizer),
                                       **options)
         return await _run(self.sync.branch_with_summary, target_id, result.summary, details=result.details,
-                          usage=result.usage)
+                          from_hook=False, usage=result.usage)
 
     async def create_branched_session(self, leaf_id: str) -> str:
         return await _run(self.sync.create_branched_session, leaf_id)
@@ -446,4 +446,4 @@ class AsyncSessionManager:
         result = await greenlet_spawn(services.compact, preparation, _OnTheLoop(summarizer),
                                       model_max_tokens=model_max_tokens, custom_instructions=custom_instructions)
         return await _run(self.sync.append_compaction, result.summary, result.first_kept_entry_id,
-                          result.tokens_before, details=result.details, usage=result.usage)
+                          result.tokens_before, details=result.details, from_hook=False, usage=result.usage)

@@ -774,27 +774,30 @@ class SessionManager:
 
     def compact(self, summarizer: services.Summarizer, settings: services.CompactionSettings | None = None,
                 *, model_max_tokens: int | None = None, custom_instructions: str | None = None) -> str | None:
-        """Prepare, summarise and append a compaction at the leaf; returns its id, or None when
-        there is nothing to compact. A failed summary (``SummaryFailed``) stores nothing."""
+        """Prepare, summarise and append a compaction at the leaf (``fromHook: false``, as Pi's own
+        compaction writes it); returns its id, or None when there is nothing to compact. A failed
+        summary (``SummaryFailed``) stores nothing."""
         preparation = self.prepare_compaction(settings)
         if preparation is None:
             return None
         result = services.compact(preparation, summarizer, model_max_tokens=model_max_tokens,
                                   custom_instructions=custom_instructions)
         return self.append_compaction(result.summary, result.first_kept_entry_id, result.tokens_before,
-                                      details=result.details, usage=result.usage)
+                                      details=result.details, from_hook=False, usage=result.usage)
 
     def branch_with_generated_summary(self, target_id: str | None, summarizer: services.Summarizer,
                                       **options: Any) -> str | None:
         """Summarise the branch being left (old leaf back to the common ancestor with
-        ``target_id``) and move there with :meth:`branch_with_summary`; returns the summary's id.
+        ``target_id``) and move there with :meth:`branch_with_summary` (``fromHook: false``, as Pi's
+        ``navigateTree`` writes it); returns the summary's id.
         When that branch holds nothing (``target_id`` is the leaf or further along its path), the
         leaf just moves there and nothing is written (None), as Pi moves in its tree."""
         old_path, target_path = self.paths_to_summarize(target_id)
         if self.move_when_nothing_is_left(old_path, target_path, target_id):
             return None
         result = services.summarize_branch(old_path, target_path, summarizer, **options)
-        return self.branch_with_summary(target_id, result.summary, details=result.details, usage=result.usage)
+        return self.branch_with_summary(target_id, result.summary, details=result.details, from_hook=False,
+                                        usage=result.usage)
 
     def move_when_nothing_is_left(self, old_path: list, target_path: list, target_id: str | None) -> bool:
         """Whether moving from ``old_path``'s end to ``target_id`` leaves no entry behind; if so,

@@ -70,6 +70,8 @@ def test_compaction_through_the_store(store: SessionStore) -> None:
     compaction_id = sm.compact(summarizer, services.CompactionSettings(keep_recent_tokens=400))
     assert compaction_id is not None
     entry = sm.get_entry(compaction_id)
+    assert list(entry)[-4:] == ["details", "usage", "fromHook", "systemMessage"]  # Pi's order: fromHook before
+    assert entry["fromHook"] is False  # Pi's own compaction (not an extension's) writes false
     after = store.open(sm.get_session_id()).build_session_projection()
     roles = [m["role"] for m in after.messages]
     assert roles[:2] == ["system", "compactionSummary"]  # checkpoint, then the summary
@@ -102,6 +104,7 @@ def test_branch_with_generated_summary(store: SessionStore) -> None:
     old_leaf = sm.get_leaf_id()
     summary_id = sm.branch_with_generated_summary(ids[1], services.DeterministicSummarizer())
     entry = sm.get_entry(summary_id)
+    assert list(entry)[-3:] == ["details", "usage", "fromHook"] and entry["fromHook"] is False  # as Pi's navigateTree
     assert entry["fromId"] == old_leaf and entry["parentId"] == ids[1] and entry["summary"]
     assert sm.build_session_projection().messages[-1]["role"] == "branchSummary"
 
