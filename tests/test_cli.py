@@ -123,6 +123,7 @@ def test_export_to_a_pipe_writes_through_it(tmp_path: Path) -> None:
     ["sync", ".", "--watch", "--interval", "nan"],  # NaN passes every range check: ValueError from sleep before
     ["sync", ".", "--watch", "--interval", "1e400"],
     ["sql", "SELECT 1", "--timeout", "nan"],
+    ["compact", "x", "--reserve", "1"],  # a summary cap of 0 tokens: every model refused the request
 ])
 def test_out_of_range_numbers_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "store.cli", "--db", str(tmp_path / "s.db"), *args],

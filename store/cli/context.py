@@ -25,9 +25,10 @@ SUMMARIZERS = ("openai", "deterministic")
 @click.option("--keep-recent", type=click.IntRange(0),
               default=services.CompactionSettings().keep_recent_tokens,
               show_default=True, help="Tokens of recent context kept verbatim.")
-@click.option("--reserve", type=click.IntRange(0),
+@click.option("--reserve", type=click.IntRange(services.MIN_RESERVE_TOKENS),
               default=services.CompactionSettings().reserve_tokens, show_default=True,
-              help="Tokens reserved for the summary and the next answer.")
+              help="Tokens reserved for the summary and the next answer: the summary's output cap is 80% of "
+                   "them (50% for a split turn's start), so at least 2.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (kept, summarised, tokens) and store nothing.")
 @click.option("--summarizer", type=click.Choice(SUMMARIZERS), default="openai", show_default=True,
               help="openai: any OpenAI-compatible server (PI_STORE_SUMMARY_BASE_URL, PI_STORE_SUMMARY_MODEL, "

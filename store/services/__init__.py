@@ -15,6 +15,7 @@ from store.services.branch_summary import (
     summarize_branch,
 )
 from store.services.compaction import (
+    MIN_RESERVE_TOKENS,
     CompactionPreparation,
     CompactionResult,
     CutPoint,
@@ -63,6 +64,7 @@ from store.services.summarizers import (
 )
 
 __all__ = [
+    "MIN_RESERVE_TOKENS",
     "BranchPreparation",
     "BranchSummaryResult",
     "CompactionPreparation",

@@ -50,6 +50,7 @@ from store.services.summarizers import Summarizer, SummaryResponse
 
 __all__ = [
     "HISTORY_PROMPT",
+    "MIN_RESERVE_TOKENS",
     "SUMMARY_SYSTEM_PROMPT",
     "TURN_PREFIX_PROMPT",
     "UPDATE_PROMPT",
@@ -586,12 +587,19 @@ class CompactionResult:
                          "tokensBefore": self.tokens_before, "usage": self.usage, "details": self.details})
 
 
+MIN_RESERVE_TOKENS = 2  # the least reserve whose caps leave a summary a token (floor(0.5 * 2) = 1)
+
+
 def output_caps(reserve_tokens: int, model_max_tokens: int | None = None) -> tuple[int, int]:
     """``(history cap, turn-prefix cap)``: ``min(floor(0.8 * reserve), model max)`` and
     ``floor(0.5 * reserve)``; a model maximum that is not positive does not limit, and neither
-    cap exceeds a positive model maximum."""
+    cap exceeds a positive model maximum. A reserve below ``MIN_RESERVE_TOKENS`` raises
+    ValueError: its cap of 0 tokens is a request every model refuses (``max_tokens`` 0)."""
     history = math.floor(0.8 * reserve_tokens)
     prefix = math.floor(0.5 * reserve_tokens)
+    if prefix < 1:
+        raise ValueError(f"a reserve of {reserve_tokens} tokens leaves no room for a summary (its output cap is "
+                         f"{prefix} tokens): the reserve must be at least {MIN_RESERVE_TOKENS}")
     if model_max_tokens is not None and model_max_tokens > 0:
         history = min(history, model_max_tokens)
         prefix = min(prefix, model_max_tokens)

@@ -210,6 +210,25 @@ def test_compaction_through_the_server_uses_the_caps(chat_server: ChatServer, mo
     assert result.usage["totalTokens"] == 300 and result.usage["cacheRead"] == 40
 
 
+@pytest.mark.parametrize("reserve", [0, 1])
+def test_a_reserve_that_leaves_no_output_is_refused_before_any_request(chat_server: ChatServer, reserve: int) -> None:
+    """Its caps are 0 tokens (floor(0.8 * reserve), floor(0.5 * reserve)): every request went out
+    with max_tokens 0, which servers refuse ("max_tokens must be at least 1")."""
+    prep = prepare_compaction(_split_turn_path(), CompactionSettings(reserve_tokens=reserve, keep_recent_tokens=800))
+    assert prep is not None
+    summarizer = OpenAICompatibleSummarizer(chat_server.base_url, "m", timeout=5)
+    with pytest.raises(ValueError, match=rf"^a reserve of {reserve} tokens leaves no room for a summary .* least 2$"):
+        compact(prep, summarizer)
+    with pytest.raises(ValueError, match="the reserve must be at least 2"):
+        summarize_branch(*_tree(), summarizer, reserve_tokens=reserve)
+    assert chat_server.requests == []
+    least = prepare_compaction(_split_turn_path(), CompactionSettings(reserve_tokens=2, keep_recent_tokens=800))
+    assert least is not None
+    chat_server.queue((200, ChatServer.answer("HISTORY")), (200, ChatServer.answer("PREFIX")))
+    compact(least, summarizer)  # the least reserve: a cap of 1 token each
+    assert [request["body"]["max_tokens"] for request in chat_server.requests] == [1, 1]
+
+
 @pytest.mark.parametrize("bad", ["length", "tool_calls", "500", "content_filter", "network_error", "unknown"])
 def test_compaction_refuses_bad_answers(chat_server: ChatServer, bad: str) -> None:
     prep = prepare_compaction(_split_turn_path(), CompactionSettings(keep_recent_tokens=800))
