@@ -99,6 +99,24 @@ def test_failed_summary_stores_nothing(store: SessionStore) -> None:
     assert all(e["type"] != "compaction" for e in store.open(sm.get_session_id()).get_entries())
 
 
+class _Aborted:
+    """A summarizer whose request was aborted (Pi's stop reason "aborted": the text is partial)."""
+
+    def summarize(self, system_prompt: str, prompt: str, max_tokens: int | None) -> services.SummaryResponse:
+        return services.SummaryResponse("a partial summ", "aborted")
+
+
+def test_an_aborted_summary_stores_nothing(store: SessionStore) -> None:
+    """It was stored as the compaction's (or the branch summary's) summary; Pi never stores it."""
+    sm, ids = build_long_session(store)
+    leaf, entries = sm.get_leaf_id(), len(sm.get_entries())
+    with pytest.raises(services.SummaryFailed, match=r"^Summary failed: the request was aborted$"):
+        sm.compact(_Aborted(), services.CompactionSettings(keep_recent_tokens=400))
+    with pytest.raises(services.SummaryFailed, match=r"^Branch summary failed: the request was aborted$"):
+        sm.branch_with_generated_summary(ids[1], _Aborted())
+    assert sm.get_leaf_id() == leaf and len(store.open(sm.get_session_id()).get_entries()) == entries
+
+
 def test_branch_with_generated_summary(store: SessionStore) -> None:
     sm, ids = build_long_session(store, turns=3)
     old_leaf = sm.get_leaf_id()

@@ -9,9 +9,9 @@ inside a turn splits it and the turn's beginning is summarised separately.
 
 :func:`compact` asks a :class:`~store.services.summarizers.Summarizer` for the summary (an update
 of the previous one when there is one), appends the file lists as Pi does, and refuses any
-response that stopped with an error, at the output cap, or with a tool call
-(:class:`SummaryFailed`): an incomplete summary must never become a checkpoint. The prompt texts
-are this project's own.
+response that was aborted, stopped with an error, at the output cap, or with a tool call, or
+that is no ``SummaryResponse`` with ``str`` text (:class:`SummaryFailed`): an incomplete summary
+must never become a checkpoint. The prompt texts are this project's own.
 """
 
 from __future__ import annotations
@@ -565,7 +565,8 @@ def serialize_conversation(messages: Sequence[Any]) -> str:
 
 
 class SummaryFailed(RuntimeError):
-    """A summary response that must not be stored (error, cut at the output cap, tool call)."""
+    """A summary response that must not be stored (aborted, error, cut at the output cap, tool
+    call, no ``SummaryResponse`` or no text)."""
 
     def __init__(self, message: str, response: SummaryResponse | None = None) -> None:
         super().__init__(message)
@@ -607,7 +608,14 @@ def output_caps(reserve_tokens: int, model_max_tokens: int | None = None) -> tup
 
 
 def check_response(response: SummaryResponse, label: str) -> str:
-    """The response's text, or SummaryFailed when it must not become a checkpoint."""
+    """The response's text, or SummaryFailed when it must not become a checkpoint: a summarizer
+    that answered with something else than a ``SummaryResponse`` or with text that is not a
+    ``str``, and, as Pi, an aborted request, an error, a cut at the output cap, a tool call."""
+    if not isinstance(response, SummaryResponse):
+        raise SummaryFailed(f"{label} failed: the summarizer returned {type(response).__name__}, "
+                            "not a SummaryResponse")
+    if response.stop_reason == "aborted":
+        raise SummaryFailed(f"{label} failed: the request was aborted", response)
     if response.stop_reason == "error":
         raise SummaryFailed(f"{label} failed: {response.error_message or 'unknown error'}", response)
     if response.stop_reason == "length":
@@ -615,6 +623,9 @@ def check_response(response: SummaryResponse, label: str) -> str:
                             "incomplete", response)
     if response.has_tool_call:
         raise SummaryFailed(f"{label} failed: the model tried to call a tool", response)
+    if not isinstance(response.text, str):
+        raise SummaryFailed(f"{label} failed: the summarizer's text is {type(response.text).__name__}, not str",
+                            response)
     return response.text
 
 

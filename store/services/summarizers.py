@@ -2,7 +2,7 @@
 
 A :class:`Summarizer` answers one request (a system prompt, one user prompt holding the
 serialised conversation and instructions, and an output cap) with a :class:`SummaryResponse`.
-It reports failures in the response (``stop_reason`` "error"/"length", ``has_tool_call``)
+It reports failures in the response (``stop_reason`` "error"/"length"/"aborted", ``has_tool_call``)
 instead of raising; the compaction code decides that such a response is never stored.
 
 * :class:`DeterministicSummarizer` — for tests: a reproducible summary built from the input,
@@ -67,8 +67,8 @@ class SummaryRequest:
 
 @dataclass(slots=True)
 class SummaryResponse:
-    """A summarizer's answer. ``stop_reason``: "stop", "length", "toolUse" or "error"
-    (``error_message`` then says why)."""
+    """A summarizer's answer. ``stop_reason``: "stop", "length", "toolUse", "aborted" or "error"
+    (``error_message`` then says why); "length", "aborted" and "error" are never stored."""
 
     text: str
     stop_reason: str = "stop"

@@ -19,6 +19,7 @@ from store.services import (
     CompactionSettings,
     DeterministicSummarizer,
     SummaryFailed,
+    SummaryResponse,
     build_compaction_entry,
     build_session_projection,
     compact,
@@ -27,9 +28,11 @@ from store.services import (
     get_current_system_message,
     output_caps,
     prepare_compaction,
+    summarize_branch,
 )
 from store.services.compaction import FileOps
 from tests.services.builders import PathBuilder, tool
+from tests.services.test_branch_summary import _tree
 
 LONG = "lorem ipsum dolor sit amet " * 40  # ~1080 chars, ~270 tokens
 
@@ -256,6 +259,37 @@ def test_failed_summary_is_never_returned(fail: str, fail_on_call: int | None) -
         compact(prep, summarizer)
     assert info.value.response is not None
     assert len(summarizer.requests) == (fail_on_call or 1)
+
+
+class _Answering:
+    """A summarizer (someone else's) that answers every request with ``answer``."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def summarize(self, system_prompt: str, prompt: str, max_tokens: int | None) -> Any:
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    (SummaryResponse(b"bytes"), "the summarizer's text is bytes, not str"),
+    (SummaryResponse(None), "the summarizer's text is NoneType, not str"),  # type: ignore[arg-type]
+    (SummaryResponse(7), "the summarizer's text is int, not str"),  # type: ignore[arg-type]
+    (SummaryResponse(["a summary"]), "the summarizer's text is list, not str"),  # type: ignore[arg-type]
+    (SummaryResponse({"text": "a summary"}), "the summarizer's text is dict, not str"),  # type: ignore[arg-type]
+    ("a summary", "the summarizer returned str, not a SummaryResponse"),
+    (None, "the summarizer returned NoneType, not a SummaryResponse"),
+    (SummaryResponse("a summary", "aborted"), "the request was aborted"),  # Pi never stores an aborted summary
+])
+def test_an_answer_that_is_no_usable_summary_fails(answer: Any, says: str) -> None:
+    """bytes became the summary "b'bytes'…" and an aborted answer was stored; the other
+    answers raised a bare AttributeError."""
+    prep = prepare_compaction(_long_turn().entries, CompactionSettings(keep_recent_tokens=800))
+    assert prep is not None
+    with pytest.raises(SummaryFailed, match=f"^Summary failed: {says}$"):
+        compact(prep, _Answering(answer))
+    with pytest.raises(SummaryFailed, match=f"^Branch summary failed: {says}$"):
+        summarize_branch(*_tree(), _Answering(answer))
 
 
 def test_nothing_to_compact() -> None:
