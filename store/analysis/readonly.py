@@ -324,8 +324,8 @@ def cell_text(value: Any) -> str:
     kind = type(value)
     if kind is str or kind is int:
         return str(value)
-    if isinstance(value, Decimal):  # every digit, and NaN / Infinity as PostgreSQL writes them
-        return str(int(value)) if value.is_finite() and value == value.to_integral_value() else format(value, "f")
+    if isinstance(value, Decimal) and value.is_finite():  # every digit (NaN, Infinity: JSON's null, below)
+        return str(int(value)) if value == value.to_integral_value() else format(value, "f")
     value = json_value(value)
     if value is None:
         return ""

@@ -140,8 +140,8 @@ def test_a_column_no_row_can_hold_is_named() -> None:
 def test_postgresql_values_python_cannot_hold_are_shown_as_postgresql_writes_them() -> None:
     """An interval came out as Python's ``timedelta`` (``'1 month'`` as "30 days, 0:00:00",
     ``'-1 second'`` as "-1 day, 23:59:59"); an infinite or BC date or timestamp failed the whole
-    query ("date too large"); a numeric with a fraction lost its digits in CSV and the table, and
-    NaN showed as null there."""
+    query ("date too large"); a numeric with a fraction lost its digits in CSV and the table (NaN
+    stays JSON's null there, as in every format: test_cli_output)."""
     statement = ("SELECT interval '1 month' AS month, interval '-1 second' AS back, date 'infinity' AS forever, "
                  "timestamptz '-infinity' AS never, date '0044-03-15 BC' AS ides, "
                  "12345678901234567890.5::numeric AS big, 'NaN'::numeric AS nan, date '2026-12-07' AS day, "
@@ -149,9 +149,9 @@ def test_postgresql_values_python_cannot_hold_are_shown_as_postgresql_writes_the
     with scratch_pg_database("pi_store_values") as url, SessionStore.connect(url) as store:
         result = run_sql(store.engine, statement)
     assert list(csv.reader(io.StringIO(to_csv(result))))[1] == [
-        "1 mon", "-00:00:01", "infinity", "-infinity", "0044-03-15 BC", "12345678901234567890.5", "NaN", "2026-12-07",
+        "1 mon", "-00:00:01", "infinity", "-infinity", "0044-03-15 BC", "12345678901234567890.5", "null", "2026-12-07",
         "0.00000000000000000001"]
-    assert "12345678901234567890.5 | NaN" in to_table(result)
+    assert "12345678901234567890.5 | null" in to_table(result)
     assert to_rows_json(result)[0]["month"] == "1 mon" and to_rows_json(result)[0]["day"] == "2026-12-07"
 
 
