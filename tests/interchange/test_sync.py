@@ -244,26 +244,42 @@ def test_two_concurrent_syncs_of_one_folder(db_url: str, tmp_path: Path) -> None
             assert b"".join(store.iter_export(session_id)) == Path(path).read_bytes()
 
 
+class _Watch:
+    """``sync --watch --json`` on a folder holding the first 5 lines of a live session file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        folder = tmp_path / "sessions" / "--w--"
+        folder.mkdir(parents=True)
+        self.path = folder / "live.jsonl"
+        self.full = lines_of(FIXTURES["small-seed9-0"])
+        self.path.write_bytes(b"".join(self.full[:5]))
+        self.db = str(tmp_path / "s.db")
+        self.process = subprocess.Popen(
+            cli(self.db, "sync", str(tmp_path / "sessions"), "--watch", "--interval", "0.1", "--json"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+
+    def next_status(self) -> str:
+        return json.loads(self.process.stdout.readline())["status"]
+
+    def stop(self) -> dict:
+        """Ctrl-C; the summary (the watch must end with exit 0)."""
+        self.process.send_signal(signal.SIGINT)
+        out, err = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0, err
+        return json.loads(out.splitlines()[-1])["summary"]
+
+
 def test_watch_follows_a_live_folder(tmp_path: Path) -> None:
-    folder = tmp_path / "sessions" / "--w--"
-    folder.mkdir(parents=True)
-    path = folder / "live.jsonl"
-    full = lines_of(FIXTURES["small-seed9-0"])
-    path.write_bytes(b"".join(full[:5]))
-    db = f"sqlite:///{tmp_path / 's.db'}"
-    watcher = subprocess.Popen(cli(db, "sync", str(tmp_path / "sessions"), "--watch", "--interval", "0.1", "--json"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert watcher.stdout is not None
+    watch = _Watch(tmp_path)
+    path, full, db = watch.path, watch.full, f"sqlite:///{watch.db}"
     try:
-        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+        assert watch.next_status() == "imported"
         with path.open("ab") as out:  # Pi appends lines
             out.write(b"".join(full[5:]))
-        assert json.loads(watcher.stdout.readline())["status"] == "appended"
+        assert watch.next_status() == "appended"
     finally:
-        watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=60)
-    assert watcher.returncode == 0, err
-    summary = json.loads(out.splitlines()[-1])["summary"]
+        summary = watch.stop()
     assert (summary["files"], summary["statuses"]) == (1, {"appended": 1})  # one file, by its last outcome
     assert summary["bytes"] == len(b"".join(full)) and summary["sessions"] == 1  # what each import read
     with SessionStore.connect(db) as store:
@@ -275,31 +291,21 @@ def test_watch_counts_each_file_by_its_last_outcome(tmp_path: Path) -> None:
     """A file imported, rewritten (a conflict), settled by ``import --prefer file`` in another
     process, then appended to: the summary counted events, "3 files (1 appended, 1 conflict,
     1 imported)", and the watch ended with exit 1 for one file whose last outcome was fine."""
-    folder = tmp_path / "sessions" / "--w--"
-    folder.mkdir(parents=True)
-    path = folder / "live.jsonl"
-    full = lines_of(FIXTURES["small-seed9-0"])
-    path.write_bytes(b"".join(full[:5]))
-    db = str(tmp_path / "s.db")
-    watcher = subprocess.Popen(cli(db, "sync", str(tmp_path / "sessions"), "--watch", "--interval", "0.1", "--json"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert watcher.stdout is not None
+    watch = _Watch(tmp_path)
+    path, full, db = watch.path, watch.full, watch.db
     try:
-        assert json.loads(watcher.stdout.readline())["status"] == "imported"
+        assert watch.next_status() == "imported"
         rewritten = full[:4] + full[5:7]  # line 5 left out: not what is stored, nor its start
         path.write_bytes(b"".join(rewritten))
-        assert json.loads(watcher.stdout.readline())["status"] == "conflict"
+        assert watch.next_status() == "conflict"
         settled = subprocess.run(cli(db, "import", "--prefer", "file", str(path), "--json"), capture_output=True,
                                  text=True, timeout=120)
         assert json.loads(settled.stdout.splitlines()[0])["status"] == "replaced", settled.stderr
         with path.open("ab") as out:  # Pi appends lines
             out.write(b"".join(full[7:]))
-        assert json.loads(watcher.stdout.readline())["status"] == "appended"
+        assert watch.next_status() == "appended"
     finally:
-        watcher.send_signal(signal.SIGINT)
-        out, err = watcher.communicate(timeout=60)
-    assert watcher.returncode == 0, err
-    summary = json.loads(out.splitlines()[-1])["summary"]
+        summary = watch.stop()
     assert (summary["files"], summary["statuses"], summary["failed"]) == (1, {"appended": 1}, 0)
     with SessionStore.connect(f"sqlite:///{db}") as store:
         assert b"".join(store.iter_export(json.loads(full[0])["id"])) == b"".join(rewritten + full[7:])
@@ -404,11 +410,7 @@ def test_watch_forgets_a_file_it_was_retrying_once_it_is_gone(shared_tmp: Path) 
     busy.write_bytes(FIXTURES["small-seed2-0"].read_bytes().rstrip(b"\n"))  # no final newline yet
     soon = time.time() + 3600
     os.utime(busy, (soon, soon))  # written "just now" however slowly the watch starts
-    watcher = subprocess.Popen(_as_nobody(cli(str(shared_tmp / "w.db"), "sync", str(folder.parent), "--watch",
-                                              "--interval", "0.1", "--json")),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "HOME": str(shared_tmp)})
-    assert watcher.stdout is not None
+    watcher = _watch_as_nobody(shared_tmp, folder.parent)
     try:
         told = [json.loads(watcher.stdout.readline()) for _ in range(2)]
         assert [(r["status"], r["path"]) for r in told] == [("failed", str(unreadable)), ("busy", str(busy))]
@@ -431,6 +433,16 @@ def _as_nobody(command: list[str]) -> list[str]:
     if shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv: a folder cannot be made unreadable to the test")
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+
+
+def _watch_as_nobody(shared_tmp: Path, sessions: Path) -> subprocess.Popen:
+    """``sync --watch --json`` of ``sessions`` as :func:`_as_nobody`, its store in ``shared_tmp``."""
+    watcher = subprocess.Popen(_as_nobody(cli(str(shared_tmp / "w.db"), "sync", str(sessions), "--watch",
+                                              "--interval", "0.1", "--json")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "HOME": str(shared_tmp)})
+    assert watcher.stdout is not None
+    return watcher
 
 
 @pytest.mark.parametrize(("mode", "command"), [(0, "sync"), (0o644, "import"), (0o644, "sync")])
@@ -488,11 +500,7 @@ def test_watch_counts_a_file_once_by_its_outcome(shared_tmp: Path) -> None:
     path = folder / "late.jsonl"
     shutil.copy(FIXTURES["small-seed1-0"], path)
     path.chmod(0)
-    watcher = subprocess.Popen(_as_nobody(cli(str(shared_tmp / "w.db"), "sync", str(folder.parent), "--watch",
-                                              "--interval", "0.1", "--json")),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "HOME": str(shared_tmp)})
-    assert watcher.stdout is not None
+    watcher = _watch_as_nobody(shared_tmp, folder.parent)
     try:
         told = [json.loads(watcher.stdout.readline()) for _ in range(2)]  # each told once, tried again
         assert [(r["status"], r["path"]) for r in told] == [("failed", str(closed)), ("failed", str(path))]
