@@ -106,3 +106,13 @@ def test_completion_script() -> None:
     result = CliRunner().invoke(main, [], env={**os.environ, "_PI_STORE_COMPLETE": "bash_source"},
                                 prog_name="pi-store")
     assert "_PI_STORE_COMPLETE=bash_complete" in result.stdout
+
+
+def test_a_command_run_in_process_leaves_sigterm_as_it_found_it(tmp_path: Path) -> None:
+    """The CLI turns SIGTERM into Ctrl-C's interrupt while a command runs; run inside another
+    program (a test, a notebook) it left its handler installed after the command."""
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert run("--db", str(tmp_path / "s.db"), "import", str(SMALL))[0] == 0
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -151,7 +151,7 @@ class _Commands(click.Group):
                 # a lone surrogate (legal in Pi's JSON, stored as such) cannot be encoded: printed as
                 # its escape, \ud800, as JSON writes it, where it failed the whole listing
                 stream.reconfigure(errors="backslashreplace")
-        terminated = _on_sigterm_interrupt()
+        terminated = _on_sigterm_interrupt(ctx)
         try:
             try:
                 result = super().invoke(ctx)
@@ -180,10 +180,11 @@ class _Commands(click.Group):
             raise click.ClickException(_mask(ctx, _describe(ctx, exc))) from exc
 
 
-def _on_sigterm_interrupt() -> list[bool]:
-    """From now on a SIGTERM raises ``KeyboardInterrupt``, as Ctrl-C does (psycopg then cancels a
-    running query, which the server went on with after the process died), unless someone else
-    handles the signal; returns a list that holds ``True`` once it came."""
+def _on_sigterm_interrupt(ctx: click.Context) -> list[bool]:
+    """Until ``ctx`` closes, a SIGTERM raises ``KeyboardInterrupt``, as Ctrl-C does (psycopg then
+    cancels a running query, which the server went on with after the process died), unless
+    someone else handles the signal; returns a list that holds ``True`` once it came. (Restored
+    at the close: a command run inside another program leaves its handler as it found it.)"""
     import signal
 
     came: list[bool] = []
@@ -195,6 +196,7 @@ def _on_sigterm_interrupt() -> list[bool]:
     with contextlib.suppress(ValueError):  # not the main thread (a command invoked from a thread)
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, interrupt)
+            ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     return came
 
 
