@@ -327,7 +327,7 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
     """
     from sqlalchemy.exc import DBAPIError
 
-    from store.db.engine import default_file, sqlite_path, wal_holds_commits
+    from store.db.engine import default_file, read_only_modes, sqlite_path
     from store.db.faults import CANNOT_WRITE, masked_url, sqlite_fault
 
     path = sqlite_path(url)
@@ -346,7 +346,7 @@ def open_store(url: str, *, for_reading: bool) -> SessionStore:
         if not for_reading or path is None or not path.is_file() or sqlite_fault(exc) not in CANNOT_WRITE:
             raise
         failure = exc
-    for mode in ("ro",) if wal_holds_commits(path) else ("ro", "immutable"):
+    for mode in read_only_modes(path):
         try:
             return _connect(url, mode, must_exist=True)
         except DBAPIError as exc:

@@ -229,6 +229,13 @@ def wal_holds_commits(path: Path) -> bool:
         return False
 
 
+def read_only_modes(path: Path) -> tuple[ReadOnly, ...]:
+    """The ways to open the SQLite file ``path`` without writing, to try in turn: ``mode=ro``
+    (right with concurrent writers, but it needs to make the ``-shm`` file), then ``immutable``
+    unless a ``-wal`` file holds commits it would not see."""
+    return ("ro",) if wal_holds_commits(path) else ("ro", "immutable")
+
+
 _URL_SCHEME = re.compile(r"^[A-Za-z][\w+.-]*://")
 
 

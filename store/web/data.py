@@ -21,7 +21,7 @@ from store.analysis.listing import SORTS
 from store.analysis.usage import main_models, usage_by_day
 from store.context_window import context_rows
 from store.db import queries
-from store.db.engine import ReadOnly, make_engine, read_transaction, sqlite_path, wal_holds_commits
+from store.db.engine import ReadOnly, make_engine, read_only_modes, read_transaction, sqlite_path
 from store.db.faults import CANNOT_WRITE, sqlite_fault
 from store.describe import HANG, context_numbers, id_of, safe, walk_loops
 from store.errors import SessionNotFound, StoreError
@@ -71,18 +71,21 @@ def readonly_engine(url: str) -> Engine:
 
 
 def _sqlite_read_mode(url: str) -> ReadOnly:
-    """``ro``, unless it cannot open the file for want of writing (the ``-shm`` file) and no
-    ``-wal`` file holds commits that ``immutable`` would not see: then ``immutable``."""
-    probe = make_engine(url, read_only="ro")
-    try:
-        with probe.connect() as conn:
-            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
-    except DBAPIError as exc:
-        path = sqlite_path(url)
-        if path is not None and path.is_file() and sqlite_fault(exc) in CANNOT_WRITE and not wal_holds_commits(path):
-            return "immutable"
-    finally:
-        probe.dispose()
+    """The first of ``read_only_modes`` that opens the file, as the CLI's read commands choose;
+    ``ro`` when none does for want of writing, or for another fault (the pages report it)."""
+    path = sqlite_path(url)
+    modes = read_only_modes(path) if path is not None and path.is_file() else ("ro",)
+    for mode in modes:
+        probe = make_engine(url, read_only=mode)
+        try:
+            with probe.connect() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+            return mode
+        except DBAPIError as exc:
+            if sqlite_fault(exc) not in CANNOT_WRITE:
+                break
+        finally:
+            probe.dispose()
     return "ro"
 
 
