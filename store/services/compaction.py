@@ -10,7 +10,7 @@ inside a turn splits it and the turn's beginning is summarised separately.
 :func:`compact` asks a :class:`~store.services.summarizers.Summarizer` for the summary (an update
 of the previous one when there is one), appends the file lists as Pi does, and refuses any
 response that was aborted, stopped with an error, at the output cap, or with a tool call, or
-that is no ``SummaryResponse`` with ``str`` text (:class:`SummaryFailed`): an incomplete summary
+that is no ``SummaryResponse`` with ``str`` text and ``dict`` usage (:class:`SummaryFailed`): an incomplete summary
 must never become a checkpoint. The prompt texts are this project's own.
 """
 
@@ -609,8 +609,9 @@ def output_caps(reserve_tokens: int, model_max_tokens: int | None = None) -> tup
 
 def check_response(response: SummaryResponse, label: str) -> str:
     """The response's text, or SummaryFailed when it must not become a checkpoint: a summarizer
-    that answered with something else than a ``SummaryResponse`` or with text that is not a
-    ``str``, and, as Pi, an aborted request, an error, a cut at the output cap, a tool call."""
+    that answered with something else than a ``SummaryResponse``, with text that is not a ``str``
+    or usage that is not a ``dict``, and, as Pi, an aborted request, an error, a cut at the output
+    cap, a tool call."""
     if not isinstance(response, SummaryResponse):
         raise SummaryFailed(f"{label} failed: the summarizer returned {type(response).__name__}, "
                             "not a SummaryResponse")
@@ -626,6 +627,9 @@ def check_response(response: SummaryResponse, label: str) -> str:
     if not isinstance(response.text, str):
         raise SummaryFailed(f"{label} failed: the summarizer's text is {type(response.text).__name__}, not str",
                             response)
+    if not isinstance(response.usage, dict):  # stored as the entry's usage, summed over a split turn
+        raise SummaryFailed(f"{label} failed: the summarizer's usage is {type(response.usage).__name__}, "
+                            "not a dict", response)
     return response.text
 
 

@@ -280,6 +280,8 @@ class _Answering:
     ("a summary", "the summarizer returned str, not a SummaryResponse"),
     (None, "the summarizer returned NoneType, not a SummaryResponse"),
     (SummaryResponse("a summary", "aborted"), "the request was aborted"),  # Pi never stores an aborted summary
+    (SummaryResponse("a summary", usage=None), "the summarizer's usage is NoneType, not a dict"),  # type: ignore[arg-type]
+    (SummaryResponse("a summary", usage=[1]), "the summarizer's usage is list, not a dict"),  # type: ignore[arg-type]
 ])
 def test_an_answer_that_is_no_usable_summary_fails(answer: Any, says: str) -> None:
     """bytes became the summary "b'bytes'…" and an aborted answer was stored; the other
