@@ -292,14 +292,17 @@ class SessionStore:
         return import_file(self, path, prefer=prefer, keep_non_sessions=keep_non_sessions)
 
     def import_path(self, *paths: str | os.PathLike, strict: bool = False, replace: bool = False,
-                    prefer: str | None = None, keep_non_sessions: bool = False) -> list[ImportReport]:
+                    prefer: str | None = None, keep_non_sessions: bool = False,
+                    checksum: bool = False) -> list[ImportReport]:
         """Store session files, or every ``*.jsonl`` below folders (Pi's layout): one report per
         file, failures (conflicts, strict refusals) and files that are not sessions included, none
-        for a file found in a folder and deleted before it was read (``store.interchange.syncing``)."""
+        for a file found in a folder and deleted before it was read (``store.interchange.syncing``).
+        A file whose stat is the one recorded when it was read is ``unchanged`` without being read
+        again; ``checksum=True`` reads every file."""
         from store.interchange.syncing import import_paths
 
         return list(import_paths(self, paths, strict=strict, replace=replace, prefer=prefer,
-                                 keep_non_sessions=keep_non_sessions))
+                                 keep_non_sessions=keep_non_sessions, checksum=checksum))
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike, as_migrated: bool = False,
                      force: bool = False) -> int:

@@ -53,6 +53,9 @@ def _common(command: Callable) -> Callable:
     command = click.option("--keep-non-sessions", is_flag=True,
                            help="Also store files found in folders that are not Pi sessions (no session "
                                 "header), as Pi never would; a file named itself is always stored.")(command)
+    command = click.option("--checksum", is_flag=True,
+                           help="Read every file to tell whether it changed, instead of trusting a file whose "
+                                "size, times and inode are those recorded when it was last read.")(command)
     return command
 
 
@@ -134,7 +137,7 @@ def _print_report(report: ImportReport, as_json: bool, echo: Callable[..., None]
 
 
 def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool, prefer: str | None,
-                 keep_non_sessions: bool, progress: str) -> None:
+                 keep_non_sessions: bool, progress: str, checksum: bool) -> None:
     files = session_files(paths)
     total = 0
     for file in files:
@@ -146,7 +149,8 @@ def _run_imports(paths: list[str], *, as_json: bool, strict: bool, replace: bool
     store = current_store()
     with meter.running():
         for report in import_paths(store, paths, strict=strict, replace=replace, prefer=prefer,
-                                   keep_non_sessions=keep_non_sessions, on_file=meter.on_file, progress=meter.bytes):
+                                   keep_non_sessions=keep_non_sessions, on_file=meter.on_file, progress=meter.bytes,
+                                   checksum=checksum):
             summary.add(report)
             _print_report(report, as_json, meter.echo)
     _index_imports(store)
@@ -188,16 +192,17 @@ def _summary_line(summary: Summary) -> str:
 @click.option("--progress", type=_PROGRESS, default="auto", show_default=True,
               help="Progress on stderr: a bar (on a terminal), JSON lines, or none.")
 def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace: bool, prefer: str | None,
-                   keep_non_sessions: bool, progress: str) -> None:
+                   keep_non_sessions: bool, progress: str, checksum: bool) -> None:
     """Store session files, or every *.jsonl below folders (Pi's sessions layout), byte for byte.
 
-    Importing the same bytes again changes nothing; a file that grew is read from where the
+    Importing the same bytes again changes nothing (a file with the size, times and inode it had
+    when it was read is not read again; --checksum reads it); a file that grew is read from where the
     last import stopped; a file rewritten in another way, or one whose session the store has
     written to since, is a conflict (see --prefer). Files found in folders that are not Pi
     sessions are skipped (not-session) unless --keep-non-sessions; a file named itself is stored.
     """
     _run_imports(list(paths), as_json=as_json, strict=strict, replace=replace, prefer=prefer,
-                 keep_non_sessions=keep_non_sessions, progress=progress)
+                 keep_non_sessions=keep_non_sessions, progress=progress, checksum=checksum)
 
 
 @main.command("sync")
@@ -208,12 +213,13 @@ def import_command(paths: tuple[str, ...], as_json: bool, strict: bool, replace:
 @click.option("--interval", type=click.FloatRange(min=0.01, max=86_400), callback=finite, default=1.0,
               show_default=True, help="Seconds between looks (--watch).")
 def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer: str | None,
-                 keep_non_sessions: bool, progress: str, follow: bool, interval: float) -> None:
+                 keep_non_sessions: bool, progress: str, checksum: bool, follow: bool, interval: float) -> None:
     """Bring the store up to date with a Pi sessions folder: new files imported, grown files
-    extended, unchanged files skipped (by size and content hash); safe to interrupt and rerun."""
+    extended, unchanged files skipped (by their size, times and inode as when last read, else by
+    content hash; --checksum: always by hash); safe to interrupt and rerun."""
     if not follow:
         _run_imports([folder], as_json=as_json, strict=strict, replace=replace, prefer=prefer,
-                     keep_non_sessions=keep_non_sessions, progress=progress)
+                     keep_non_sessions=keep_non_sessions, progress=progress, checksum=checksum)
         return
     summary = Summary()
     started = time.monotonic()
@@ -234,7 +240,7 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
     with contextlib.suppress(KeyboardInterrupt):
         store = current_store()
         watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
-              keep_non_sessions=keep_non_sessions, on_report=on_report,
+              keep_non_sessions=keep_non_sessions, on_report=on_report, checksum=checksum,
               on_readable=lambda path: again.pop(path, None), after_round=lambda: _index_imports(store))
     for report in {**outcomes, **again}.values():
         summary.count(report)

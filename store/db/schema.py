@@ -240,6 +240,8 @@ imports = Table(
     _required("source_bytes", BigInteger, doc="length of the stored prefix of the file"),
     _required("source_sha256", String(64), doc="sha256 of that prefix"),
     Column("source_mtime_ms", BigInteger),
+    Column("source_stat", Text, doc="device:inode:size:mtime_ns:ctime_ns of the file when it was read, if it had "
+                                    "been still for 2 s: the same stat later means the same bytes (migration 0019)"),
     _required("revision", Integer, doc="imports of this path into this session that stored new bytes"),
     _required("imported_ms", BigInteger, doc="when the last of them committed"),
 )

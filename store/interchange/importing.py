@@ -41,7 +41,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -135,6 +135,51 @@ class ImportReport:
         return doc
 
 
+# a file whose status (inode change time) is older than this when it is read cannot change later
+# without its stat changing too: a write in the same clock tick as the read is long past
+STABLE_NS = 2_000_000_000
+
+
+def file_stat(info: os.stat_result) -> str:
+    """What ``imports.source_stat`` records of a file: device, inode, size, modification and
+    status change times (ns). Any write, truncation, rename over it or ``touch`` changes it."""
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+
+
+@dataclass(frozen=True, slots=True)
+class KnownFile:
+    """A file the store holds whole, as it was when it was last read (:func:`known_files`)."""
+
+    session_id: str
+    size: int
+    sha256: str
+    revision: int
+    pi_valid: bool
+    migrated_from: str | None
+    note: str | None  # the session's history parts from the file's (as _compare says)
+
+    def report(self, path: str) -> ImportReport:
+        return ImportReport(path, self.session_id, UNCHANGED, size=self.size, sha256=self.sha256,
+                            pi_valid=self.pi_valid, migrated_from=self.migrated_from, revision=self.revision,
+                            note=self.note)
+
+
+def known_files(conn: Connection) -> dict[tuple[str, str], KnownFile]:
+    """``(path, stat)`` of every recorded file whose stored bytes are still all its session holds
+    from files (its last import, or an older one of the same bytes), for a quick check: a file
+    found with that stat now is ``unchanged`` without being read. One query, whatever the count."""
+    query = (select(imports.c.source_path, imports.c.source_stat, imports.c.source_bytes, imports.c.source_sha256,
+                    imports.c.revision, sessions.c.session_id, sessions.c.pi_valid, sessions.c.migrated_from,
+                    sessions.c.diverged_seq, sessions.c.last_seq)
+             .join(sessions, sessions.c.pk == imports.c.session_pk)
+             .where(imports.c.source_stat.is_not(None), imports.c.source_sha256 == sessions.c.source_sha256,
+                    imports.c.source_bytes == sessions.c.source_bytes, sessions.c.pi_valid))
+    return {(row.source_path, row.source_stat): KnownFile(
+        row.session_id, row.source_bytes, row.source_sha256, row.revision, row.pi_valid, row.migrated_from,
+        None if row.diverged_seq is None else f"{_diverged_reason(row)}; the file has not changed since")
+        for row in conn.execute(query)}
+
+
 def _lines(stream: BinaryIO, end: int) -> Iterator[RawLine]:
     return Window(stream, 0, end).lines()
 
@@ -154,11 +199,13 @@ class _Plan:
 
 def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = False, replace: bool = False,
                 prefer: str | None = None, keep_non_sessions: bool = False, progress: Progress | None = None,
-                parallel: bool = True) -> ImportReport:
+                parallel: bool = True, known: Mapping[tuple[str, str], KnownFile] | None = None) -> ImportReport:
     """Store one session file (see the module docstring); raises ``ImportFailed`` (unreadable),
     ``StrictRefusal`` or :class:`ImportConflict`, and then stores nothing. ``prefer`` (``"file"``
     or ``"store"``) settles a conflict instead; ``replace=True`` is ``prefer="file"``. ``parallel``:
-    a big new file may be read by a worker process (``store.interchange.reading``)."""
+    a big new file may be read by a worker process (``store.interchange.reading``). ``known``
+    (:func:`known_files`): a file found there with the stat it had when it was read is
+    ``unchanged`` as it stands there, not read again (the quick check)."""
     if prefer is not None and prefer not in PREFER:
         raise ValueError(f"prefer must be one of {PREFER}, not {prefer!r}")
     prefer = "file" if replace else prefer
@@ -173,6 +220,10 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
         info = os.fstat(stream.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ImportFailed(f"{path}: not a regular file")
+        if known is not None and (hit := known.get((source, file_stat(info)))) is not None:
+            return hit.report(str(path))
+        # recorded for the next quick check only if no write can have gone unseen by the read
+        still = file_stat(info) if time.time_ns() - info.st_ctime_ns > STABLE_NS else None
         size = info.st_size  # bytes appended while this runs are left for the next import
         head = head_of(_lines(stream, size))
         if head.header is None and not keep_non_sessions:
@@ -201,7 +252,7 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
                 report.pi_valid, report.migrated_from = session.pi_valid, session.migrated_from
                 if decided.status == UNCHANGED:
                     report.sha256 = decided.hasher.hexdigest()  # type: ignore[attr-defined]
-                    report.revision = _record(conn, source, session.pk, size, report.sha256, info.st_mtime)
+                    report.revision = _record(conn, source, session.pk, size, report.sha256, info.st_mtime, still)
                 return report
             append = decided.status == APPENDED
             if session is None:
@@ -228,7 +279,7 @@ def import_file(store: SessionStore, path: str | os.PathLike, *, strict: bool = 
             report.sha256, report.bytes = read.sha256, size - decided.start
             report.lines, report.entries = read.summary.rows, read.summary.entries
             report.pi_valid, report.migrated_from = read.pi_valid, read.migrated_from
-            report.revision = _record(conn, source, spk, size, read.sha256, info.st_mtime)
+            report.revision = _record(conn, source, spk, size, read.sha256, info.st_mtime, still)
     report.warnings, report.warning_count = read.warnings.rendered(), read.warnings.count
     return report
 
@@ -387,17 +438,23 @@ def _can_append(conn: Connection, session: Row) -> bool:
     return bool(eol)
 
 
-def _record(conn: Connection, source: str, session_pk: int, size: int, sha256: str, mtime: float) -> int:
-    """Remember which bytes of ``source`` are stored in the session; returns the revision of the
-    path's record for that session."""
+def _record(conn: Connection, source: str, session_pk: int, size: int, sha256: str, mtime: float,
+            seen_stat: str | None) -> int:
+    """Remember which bytes of ``source`` are stored in the session, and the file's stat when
+    they were read (None: it had changed too recently to be trusted); returns the revision of
+    the path's record for that session."""
     now = int(time.time() * 1000)
     key = (imports.c.session_pk == session_pk, imports.c.source_path == source)
-    row = conn.execute(select(imports.c.revision, imports.c.source_sha256).where(*key)).first()
-    values = {"source_bytes": size, "source_sha256": sha256, "source_mtime_ms": int(mtime * 1000), "imported_ms": now}
+    row = conn.execute(select(imports.c.revision, imports.c.source_sha256, imports.c.source_stat).where(*key)).first()
+    values = {"source_bytes": size, "source_sha256": sha256, "source_mtime_ms": int(mtime * 1000),
+              "source_stat": seen_stat, "imported_ms": now}
     if row is None:
         conn.execute(imports.insert().values(session_pk=session_pk, source_path=source, revision=1, **values))
         return 1
-    if row.source_sha256 == sha256:
+    if row.source_sha256 == sha256:  # the same bytes: at most a new stat
+        if row.source_stat != seen_stat:
+            conn.execute(update(imports).where(*key).values(source_stat=seen_stat,
+                                                            source_mtime_ms=int(mtime * 1000)))
         return row.revision
     conn.execute(update(imports).where(*key).values(revision=row.revision + 1, **values))
     return row.revision + 1

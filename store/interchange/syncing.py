@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +25,20 @@ from typing import TYPE_CHECKING
 import orjson
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store.db.engine import lock_timeout_ms, pool_options, whole_number
+from store.db.engine import lock_timeout_ms, pool_options, read_transaction, whole_number
 from store.db.faults import error_line
 from store.errors import FileChanged, SessionChanged, SessionClaimed, SessionExists, StoreError
-from store.interchange.importing import BUSY, CONFLICT, FAILED, REFUSED, ImportConflict, ImportReport, import_file
+from store.interchange.importing import (
+    BUSY,
+    CONFLICT,
+    FAILED,
+    REFUSED,
+    ImportConflict,
+    ImportReport,
+    KnownFile,
+    import_file,
+    known_files,
+)
 from store.interchange.reading import StrictRefusal
 
 if TYPE_CHECKING:
@@ -156,13 +166,15 @@ class Summary:
 def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace: bool = False,
                prefer: str | None = None, keep_non_sessions: bool = False,
                progress: Callable[[int], None] | None = None, settle: float | None = None,
-               fork: bool = True, missing_ok: bool = False) -> ImportReport | None:
+               fork: bool = True, missing_ok: bool = False,
+               known: Mapping[tuple[str, str], KnownFile] | None = None) -> ImportReport | None:
     """:func:`import_file` that reports failures instead of raising them — any exception, even
     one nobody foresaw, is that file's ``failed`` report. ``settle``: a file that does not end
     with a newline and changed less than that many seconds ago is left for later (``busy``): Pi
     is probably writing its last line. ``fork``: a big file may be read by a forked worker.
     ``missing_ok`` (a file found in a folder): None, no report, when the file is gone before it
-    is opened — deleted since the folder was listed, as Pi deletes sessions."""
+    is opened — deleted since the folder was listed, as Pi deletes sessions. ``known``: the
+    quick check (:func:`quick_check`)."""
     try:
         if settle is not None and _being_written(path, settle):
             return ImportReport(str(path), None, BUSY, note=f"{path}: being written (no final newline yet)")
@@ -170,7 +182,8 @@ def import_one(store: SessionStore, path: Path, *, strict: bool = False, replace
         while True:
             try:
                 return import_file(store, path, strict=strict, replace=replace, prefer=prefer,
-                                   keep_non_sessions=keep_non_sessions, progress=progress, parallel=fork)
+                                   keep_non_sessions=keep_non_sessions, progress=progress, parallel=fork,
+                                   known=known)
             except OperationalError as exc:  # SQLite: another writer holds the write lock
                 waited_ms = (time.monotonic() - started) * 1000
                 if "locked" not in str(exc.orig) or attempt == LOCK_RETRIES or 0 < limit_ms <= waited_ms:
@@ -211,14 +224,15 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
                  replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
                  on_file: Callable[[int, Path], None] | None = None,
                  progress: Callable[[int], None] | None = None,
-                 settle: float | None = None, jobs: int | None = None) -> Iterator[ImportReport]:
+                 settle: float | None = None, jobs: int | None = None,
+                 checksum: bool = False) -> Iterator[ImportReport]:
     """Import every file of :func:`session_files`, one report each, in their order.
     ``on_file(i, path)`` is called as each starts; ``progress`` gets the bytes read. A file that
     is not a Pi session is stored only when it was named itself (an explicit choice, like
     ``keep_non_sessions``), never when it was merely found in a folder; one found in a folder and
     deleted before it is opened gets no report (``missing_ok``). ``jobs``: files imported
     at once on PostgreSQL (default :func:`default_jobs`; SQLite stores one at a time), see
-    :func:`_in_parallel`."""
+    :func:`_in_parallel`. ``checksum``: read every file, no :func:`quick_check`."""
     paths = list(paths)
     named = {os.path.realpath(path) for path in paths if not _is(Path(path).is_dir)}
 
@@ -230,10 +244,11 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
         return import_one(store, path, strict=strict, replace=replace, prefer=prefer,
                           keep_non_sessions=keep_non_sessions or named_itself,
                           progress=progress if stop is None else _stoppable(progress, stop), settle=settle,
-                          fork=fork, missing_ok=not named_itself)
+                          fork=fork, missing_ok=not named_itself, known=known)
 
     unreadable: list[OSError] = []
     files = session_files(paths, unreadable)
+    known = None if checksum or not files else quick_check(store)
     yield from map(unreadable_folder, unreadable)
     jobs = import_jobs(store, jobs)
     if jobs <= 1 or len(files) < 2:
@@ -242,6 +257,19 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
                 yield report
         return
     yield from _in_parallel(files, jobs, one)
+
+
+def quick_check(store: SessionStore) -> dict[tuple[str, str], KnownFile]:
+    """What an import run trusts without reading a file: the files the store holds whole, each
+    with its stat when it was read (``store.interchange.importing.known_files``, as the store
+    stands when the run starts). A file with another stat (written, truncated, touched, replaced,
+    moved) is read and compared as always. A database that cannot be read now trusts nothing:
+    then each file's import says what failed, as without the check."""
+    try:
+        with read_transaction(store.engine) as conn:
+            return known_files(conn)
+    except DBAPIError:
+        return {}
 
 
 def import_jobs(store: SessionStore, asked: int | None) -> int:
@@ -349,7 +377,8 @@ def _header_id(path: Path) -> str | None:
 def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1.0, strict: bool = False,
           replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
           on_report: Callable[[ImportReport], None], on_readable: Callable[[str], object] = lambda path: None,
-          stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None) -> None:
+          stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None,
+          checksum: bool = False) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
     process is interrupted). A file still being written (``busy``) or whose import failed for a
@@ -358,8 +387,11 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     for the file's size and time. A folder below that could not be read is reported so too.
     ``on_readable(path)`` hears when such a folder can be read again, or when such a folder or
     file is gone (Pi deletes session files): its report no longer holds. A file deleted before
-    it was opened is passed over. ``after_round`` runs after each look at the folder."""
+    it was opened is passed over. ``after_round`` runs after each look at the folder. The first
+    look trusts the :func:`quick_check` unless ``checksum``; the later ones import only files
+    whose size or modification time changed."""
     seen: dict[str, tuple[int, int]] = {}
+    known = None if checksum else quick_check(store)
     # told, looked at again each round: key -> the reported path, and the state and what was reported
     pending: dict[str, tuple[str, tuple[tuple[int, int], str, str | None]]] = {}
 
@@ -386,7 +418,8 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             if seen.get(key) == signature:
                 continue
             report = import_one(store, path, strict=strict, replace=replace, prefer=prefer,
-                                keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS, missing_ok=True)
+                                keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS, missing_ok=True,
+                                known=known)
             if report is None:  # deleted since it was listed
                 continue
             if report.status == BUSY or report.retry:
@@ -395,5 +428,6 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             pending.pop(key, None)
             seen[key] = signature
             on_report(report)
+        known = None  # what it knew holds for the first look only
         after_round()
         time.sleep(interval)
