@@ -27,6 +27,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     tuple_,
 )
 
@@ -123,7 +124,7 @@ def list_rows(conn: Connection, where: ListFilter, *, sort: str = "modified", re
         _check_ms(name, getattr(where, name))
     descending = _DESCENDING[sort] != reverse
     after = _decode_cursor(cursor, sort, reverse) if cursor else None
-    base = select(sessions).where(*_conditions(where))
+    base = select(sessions).where(*_conditions(conn, where))
     if sort == "cost":
         usage = _usage_by_session(conn).subquery()
         key: ColumnElement = func.coalesce(usage.c.cost, 0.0)
@@ -163,13 +164,34 @@ def _check_ms(name: str, value: object) -> None:
         raise ValueError(f"{name} must be milliseconds since the epoch (a number), not {value!r}")
 
 
-def _conditions(where: ListFilter) -> list[ColumnElement]:
+_FOLD_COLLATIONS = """SELECT c.collname FROM pg_catalog.pg_collation AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.collnamespace AND n.nspname = 'pg_catalog'
+WHERE (c.collname = 'und-x-icu' AND c.collprovider = 'i' AND pg_catalog.getdatabaseencoding() = 'UTF8')
+   OR (c.collname IN ('C.utf8', 'C.UTF-8') AND c.collprovider = 'c'
+       AND c.collencoding IN (-1, pg_catalog.pg_char_to_encoding(pg_catalog.getdatabaseencoding())))
+ORDER BY c.collprovider = 'i' DESC, c.collname LIMIT 1"""
+
+
+def _lowered(conn: Connection, column: ColumnElement) -> ColumnElement:
+    """``column`` in lower case, every script's letters (as Python's ``str.lower``): SQLite's
+    ``lower()`` folds ASCII only, so the store's own ``pi_lower`` (``store.db.engine``); on
+    PostgreSQL ``lower()`` under ICU's root collation, else ``C.utf8`` (as the search words,
+    migration 0018), since in a ``C`` database it too folds ASCII only."""
+    if is_sqlite(conn):
+        return func.pi_lower(column)
+    if "pi_fold_collation" not in conn.info:  # per server connection: one lookup, not one a listing
+        conn.info["pi_fold_collation"] = conn.execute(text(_FOLD_COLLATIONS)).scalar()
+    collation = conn.info["pi_fold_collation"]
+    return func.lower(column if collation is None else column.collate(collation))
+
+
+def _conditions(conn: Connection, where: ListFilter) -> list[ColumnElement]:
     conditions: list[ColumnElement] = []
     if where.cwd is not None:  # text columns hold db_text's form (store.db.stored_text)
         conditions.append(sessions.c.cwd == db_text(where.cwd))
     if where.name:
         pattern = "%" + db_text(where.name).lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        conditions.append(func.lower(sessions.c.name).like(pattern, escape="\\"))
+        conditions.append(_lowered(conn, sessions.c.name).like(pattern, escape="\\"))
     if where.model:
         model = db_text(where.model)
         conditions.append(exists().where(

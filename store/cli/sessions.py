@@ -19,7 +19,7 @@ from store.format.jsdate import parse_iso_date
 @click.option("--reverse", is_flag=True, help="Reverse the sort order.")
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), help="Page size (then --cursor continues).")
 @click.option("--cursor", help="Continue after this position (printed with the previous page).")
-@click.option("--name", help="Only sessions whose name contains this (case-insensitive).")
+@click.option("--name", help="Only sessions whose name contains this (case-insensitive, in every script).")
 @click.option("--model", help="Only sessions that used this model (MODEL or PROVIDER/MODEL).")
 @click.option("--since", help="Only sessions modified at or after this date (ISO 8601, e.g. 2026-01-31).")
 @click.option("--until", help="Only sessions modified before this date.")

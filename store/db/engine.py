@@ -453,6 +453,10 @@ def _sqlite_busy_ms(lock_ms: int) -> int:
     return lock_ms or 2**31 - 1
 
 
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
 def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: int, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
@@ -470,6 +474,8 @@ def _configure_sqlite(engine: Engine, memory: bool, read_only: bool, lock_ms: in
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={_sqlite_busy_ms(lock_ms)}")
         cur.close()
+        # lower() of every script's letters (SQLite's own folds ASCII only): the listing's name filter
+        dbapi_conn.create_function("pi_lower", 1, _lower, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

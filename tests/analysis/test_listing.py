@@ -39,6 +39,41 @@ def populate(store: SessionStore) -> list[str]:
     return ids
 
 
+NAMES = {"Éclair ÜBER Plan": ["éclair über", "ÉCLAIR", "über plan"], "Мир СЕССИЯ": ["мир сессия", "сессия"],
+         "ΩMEGA straße": ["ωmega", "STRASSE"]}  # casefold's ß → ss is no lower(): STRASSE finds nothing
+
+
+def named(store: SessionStore) -> dict[str, str]:
+    ids = {}
+    for name in NAMES:
+        sm = store.create("/work/names")
+        sm.append_message({"role": "user", "content": "hello", "timestamp": 1_700_000_000_000})
+        sm.append_session_info(name)
+        ids[name] = sm.get_session_id()
+    return ids
+
+
+def test_the_name_filter_ignores_case_in_every_script(store: SessionStore) -> None:
+    """SQLite's lower() folds ASCII only: "éclair" did not find "Éclair" (nor "мир" "Мир")."""
+    ids = named(store)
+    for name, queries in NAMES.items():
+        for query in queries:
+            found = {i.id for i in store.list_all(name=query)}
+            assert found == (set() if query == "STRASSE" else {ids[name]}), (name, query)
+
+
+@pytest.mark.sync_api_only("a database of its own with the C locale")
+def test_the_name_filter_ignores_case_in_a_c_locale_postgresql_database() -> None:
+    from tests.analysis.test_search_locale import C_LOCALE
+    from tests.conftest import scratch_pg_database
+
+    with scratch_pg_database("pi_store_names", C_LOCALE) as url, SessionStore.connect(url) as store:
+        ids = named(store)
+        assert {i.id for i in store.list_all(name="éclair über")} == {ids["Éclair ÜBER Plan"]}
+        assert {i.id for i in store.list_all(name="мир")} == {ids["Мир СЕССИЯ"]}
+        store.engine.dispose()
+
+
 def expected(infos: list[SessionInfo], sort: str, reverse: bool) -> list[str]:
     """The order a plain sort gives: key direction per sort, missing keys last, ties by age."""
     value = {"modified": lambda i: i.modified, "created": lambda i: i.created, "name": lambda i: i.name,
