@@ -24,7 +24,7 @@ from store.cli.output import plural
 from store.db.faults import error_line, waits_too_long
 from store.format import js_stringify
 from store.interchange.exporting import ExportedFile, export_all
-from store.interchange.importing import BUSY, PREFER, ImportReport
+from store.interchange.importing import BUSY, CONFLICT, FAILED, PREFER, REFUSED, ImportReport
 from store.interchange.syncing import Summary, import_paths, session_files, watch
 from store.interchange.verifying import (
     API,
@@ -227,6 +227,10 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
     outcomes: dict[str, ImportReport] = {}
     again: dict[str, ImportReport] = {}  # told, to be tried again: counted only if still so at the end
 
+    def on_gone(path: str) -> None:  # a failure of a file that is no more no longer holds
+        if path in outcomes and outcomes[path].status in (CONFLICT, REFUSED, FAILED):
+            del outcomes[path]
+
     def on_report(report: ImportReport) -> None:
         summary.add_totals(report)  # what every import read and stored
         if report.status == BUSY or report.retry:
@@ -240,7 +244,7 @@ def sync_command(folder: str, as_json: bool, strict: bool, replace: bool, prefer
     with contextlib.suppress(KeyboardInterrupt):
         store = current_store()
         watch(store, folder, interval=interval, strict=strict, replace=replace, prefer=prefer,
-              keep_non_sessions=keep_non_sessions, on_report=on_report, checksum=checksum,
+              keep_non_sessions=keep_non_sessions, on_report=on_report, checksum=checksum, on_gone=on_gone,
               on_readable=lambda path: again.pop(path, None), after_round=lambda: _index_imports(store))
     for report in {**outcomes, **again}.values():
         summary.count(report)

@@ -378,7 +378,7 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
           replace: bool = False, prefer: str | None = None, keep_non_sessions: bool = False,
           on_report: Callable[[ImportReport], None], on_readable: Callable[[str], object] = lambda path: None,
           stop: Callable[[], bool] = lambda: False, after_round: Callable[[], object] = lambda: None,
-          checksum: bool = False) -> None:
+          checksum: bool = False, on_gone: Callable[[str], object] = lambda path: None) -> None:
     """Follow a live sessions folder: import every file now, then each file whose size or
     modification time changes, every ``interval`` seconds, until ``stop()`` says so (or the
     process is interrupted). A file still being written (``busy``) or whose import failed for a
@@ -386,11 +386,12 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     unreadable) is looked at again next round; ``on_report`` hears of it when it first happens
     for the file's size and time. A folder below that could not be read is reported so too.
     ``on_readable(path)`` hears when such a folder can be read again, or when such a folder or
-    file is gone (Pi deletes session files): its report no longer holds. A file deleted before
+    file is gone (Pi deletes session files): its report no longer holds; ``on_gone(path)``,
+    when a file whose outcome it reported is gone (a file there later is a new one). A file deleted before
     it was opened is passed over. ``after_round`` runs after each look at the folder. The first
     look trusts the :func:`quick_check` unless ``checksum``; the later ones import only files
     whose size or modification time changed."""
-    seen: dict[str, tuple[int, int]] = {}
+    seen: dict[str, tuple[tuple[int, int], str]] = {}  # key -> the size and time imported, the reported path
     known = None if checksum else quick_check(store)
     # told, looked at again each round: key -> the reported path, and the state and what was reported
     pending: dict[str, tuple[str, tuple[tuple[int, int], str, str | None]]] = {}
@@ -409,13 +410,15 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             tell(key, (0, 0), report)
         for key in pending.keys() - still:  # readable again, or gone (a new failure is told again)
             on_readable(pending.pop(key)[0])
+        for key in seen.keys() - still:
+            on_gone(seen.pop(key)[1])
         for path in files:
             try:
                 info = path.stat()
             except OSError:
                 continue
             key, signature = os.path.realpath(path), (info.st_size, info.st_mtime_ns)
-            if seen.get(key) == signature:
+            if key in seen and seen[key][0] == signature:
                 continue
             report = import_one(store, path, strict=strict, replace=replace, prefer=prefer,
                                 keep_non_sessions=keep_non_sessions, settle=SETTLE_SECONDS, missing_ok=True,
@@ -426,7 +429,7 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
                 tell(key, signature, report)
                 continue
             pending.pop(key, None)
-            seen[key] = signature
+            seen[key] = (signature, report.path)
             on_report(report)
         known = None  # what it knew holds for the first look only
         after_round()

@@ -311,6 +311,23 @@ def test_watch_counts_each_file_by_its_last_outcome(tmp_path: Path) -> None:
         assert b"".join(store.iter_export(json.loads(full[0])["id"])) == b"".join(rewritten + full[7:])
 
 
+def test_watch_forgets_a_conflict_whose_file_is_gone(tmp_path: Path) -> None:
+    """A file rewritten (a conflict), then deleted (Pi deletes sessions): the watch ended with
+    exit 1 and "1 conflict" for a file that was no more."""
+    watch = _Watch(tmp_path)
+    other = watch.path.with_name("other.jsonl")
+    try:
+        assert watch.next_status() == "imported"
+        watch.path.write_bytes(b"".join(watch.full[:4] + watch.full[5:7]))  # not what is stored, nor its start
+        assert watch.next_status() == "conflict"
+        watch.path.unlink()
+        other.write_bytes(FIXTURES["small-seed5-0"].read_bytes())  # a later look has seen the folder without it
+        assert watch.next_status() == "imported"
+    finally:
+        summary = watch.stop()
+    assert (summary["files"], summary["statuses"], summary["failed"]) == (1, {"imported": 1}, 0)
+
+
 def test_watch_imports_a_claimed_sessions_lines_once_the_claim_ends(tmp_path: Path) -> None:
     """A file that grew while a writer held a claim on its session is a conflict that may pass:
     the watch looks at it again each round (it used to mark it seen until the file changed
