@@ -24,7 +24,7 @@ pytestmark = pytest.mark.both_apis  # the scripts run on SessionStore, then on A
 FIXTURES = Path(__file__).parent / "fixtures" / "api_scripts"
 REGRESSIONS = sorted((FIXTURES / "regressions").glob("*.script.json"))
 LIVE_SEEDS = range(900_001, 900_009)
-ASYNC_SHARE = 4  # the async API runs every 4th random golden and live seed (CI time; both APIs share the write path)
+ASYNC_SHARE = 8  # the async API runs every 8th random golden and live seed (CI time; both APIs share the write path)
 PUBLIC_OPS = {
     "create", "inMemory", "open", "continueRecent", "forkFrom", "appendMessage", "appendThinkingLevelChange",
     "appendModelChange", "appendUsage", "appendCompaction", "compact", "appendCustomEntry", "appendSessionInfo",

@@ -48,7 +48,7 @@ def test_a_kill_on_postgresql(scenario: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_kills_of_a_folder_import(engine: str) -> None:
-    _assert_clean(_matrix(engine, ["import"], runs=2 if engine == "sqlite" else 1))
+    _assert_clean(_matrix(engine, ["import"], runs=1))
 
 
 def test_reading_worker_dies_with_its_importer(tmp_path: Path) -> None:
