@@ -41,7 +41,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -164,10 +164,15 @@ class KnownFile:
                             note=self.note)
 
 
-def known_files(conn: Connection) -> dict[tuple[str, str], KnownFile]:
-    """``(path, stat)`` of every recorded file whose stored bytes are still all its session holds
-    from files (its last import, or an older one of the same bytes), for a quick check: a file
-    found with that stat now is ``unchanged`` without being read. One query, whatever the count."""
+KNOWN_BATCH = 500  # paths asked for in one query
+
+
+def known_files(conn: Connection, paths: Collection[str]) -> dict[tuple[str, str], KnownFile]:
+    """``(path, stat)`` of the recorded files among ``paths`` (real paths, as imports record them)
+    whose stored bytes are still all their session holds from files (its last import, or an older
+    one of the same bytes), for a quick check: a file found with that stat now is ``unchanged``
+    without being read. One query per ``KNOWN_BATCH`` paths, on the primary key's second column."""
+    wanted = sorted({db_text(path) for path in paths})
     query = (select(imports.c.source_path, imports.c.source_stat, imports.c.source_bytes, imports.c.source_sha256,
                     imports.c.revision, sessions.c.session_id, sessions.c.pi_valid, sessions.c.migrated_from,
                     sessions.c.diverged_seq, sessions.c.last_seq)
@@ -177,7 +182,8 @@ def known_files(conn: Connection) -> dict[tuple[str, str], KnownFile]:
     return {(row.source_path, row.source_stat): KnownFile(
         row.session_id, row.source_bytes, row.source_sha256, row.revision, row.pi_valid, row.migrated_from,
         None if row.diverged_seq is None else f"{_diverged_reason(row)}; the file has not changed since")
-        for row in conn.execute(query)}
+        for start in range(0, len(wanted), KNOWN_BATCH)
+        for row in conn.execute(query.where(imports.c.source_path.in_(wanted[start:start + KNOWN_BATCH])))}
 
 
 def _lines(stream: BinaryIO, end: int) -> Iterator[RawLine]:

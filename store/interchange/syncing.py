@@ -248,7 +248,7 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
 
     unreadable: list[OSError] = []
     files = session_files(paths, unreadable)
-    known = None if checksum or not files else quick_check(store)
+    known = None if checksum or not files else quick_check(store, files)
     yield from map(unreadable_folder, unreadable)
     jobs = import_jobs(store, jobs)
     if jobs <= 1 or len(files) < 2:
@@ -259,15 +259,15 @@ def import_paths(store: SessionStore, paths: Iterable[str | os.PathLike], *, str
     yield from _in_parallel(files, jobs, one)
 
 
-def quick_check(store: SessionStore) -> dict[tuple[str, str], KnownFile]:
-    """What an import run trusts without reading a file: the files the store holds whole, each
+def quick_check(store: SessionStore, files: Iterable[Path]) -> dict[tuple[str, str], KnownFile]:
+    """What an import run trusts without reading a file: those of ``files`` the store holds whole, each
     with its stat when it was read (``store.interchange.importing.known_files``, as the store
     stands when the run starts). A file with another stat (written, truncated, touched, replaced,
     moved) is read and compared as always. A database that cannot be read now trusts nothing:
     then each file's import says what failed, as without the check."""
     try:
         with read_transaction(store.engine) as conn:
-            return known_files(conn)
+            return known_files(conn, [os.path.realpath(path) for path in files])
     except DBAPIError:
         return {}
 
@@ -392,7 +392,7 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
     look trusts the :func:`quick_check` unless ``checksum``; the later ones import only files
     whose size or modification time changed."""
     seen: dict[str, tuple[tuple[int, int], str]] = {}  # key -> the size and time imported, the reported path
-    known = None if checksum else quick_check(store)
+    first = not checksum  # the first look trusts the quick check
     # told, looked at again each round: key -> the reported path, and the state and what was reported
     pending: dict[str, tuple[str, tuple[tuple[int, int], str, str | None]]] = {}
 
@@ -412,6 +412,7 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             on_readable(pending.pop(key)[0])
         for key in seen.keys() - still:
             on_gone(seen.pop(key)[1])
+        known, first = quick_check(store, files) if first and files else None, False
         for path in files:
             try:
                 info = path.stat()
@@ -431,6 +432,5 @@ def watch(store: SessionStore, folder: str | os.PathLike, *, interval: float = 1
             pending.pop(key, None)
             seen[key] = (signature, report.path)
             on_report(report)
-        known = None  # what it knew holds for the first look only
         after_round()
         time.sleep(interval)

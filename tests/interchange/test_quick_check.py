@@ -143,3 +143,18 @@ def test_the_cli_checksum_option_reads_every_file(tmp_path: Path, folder: Path, 
         assert result.exit_code == 0, result.output
         assert result.output.count('"status":"unchanged"') == len(NAMES)
         assert looked_up(seen) == reads
+
+
+@pytest.mark.usefixtures("settled")
+def test_the_quick_check_asks_for_the_files_at_hand_in_batches(store: SessionStore, folder: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the records of the files being imported are read (a store's other files are not),
+    ``KNOWN_BATCH`` paths a query."""
+    reports(store, folder)
+    monkeypatch.setattr(importing, "KNOWN_BATCH", 3)
+    with statements() as seen:
+        assert {r["status"] for r in reports(store, folder)} == {"unchanged"}
+    assert looked_up(seen) == 0 and sum("imports" in statement for statement in seen) == 2  # 4 files, 3 a query
+    one = folder / "--w--" / f"{NAMES[0]}.jsonl"
+    with read_transaction(store.engine) as conn:
+        assert list(importing.known_files(conn, [str(one)])) == [(str(one), importing.file_stat(one.stat()))]
