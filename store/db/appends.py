@@ -66,9 +66,15 @@ _ADD_DAY = activity_days.ADD.replace(f" VALUES ({_VALUES})", f" SELECT {_VALUES}
 
 
 # ... and, for a write outside any transaction (AppendCursor.insert_if_current), first the session
-# row, locked only if it is as the writer last saw it: its version, its last row, its claim
-_CURRENT = ("current AS MATERIALIZED (SELECT 1 FROM sessions WHERE pk = ? AND session_id = ? AND row_version = ? "
-            "AND last_seq = ? AND {claim} FOR UPDATE)")
+# row, locked by its key, then required to be as the writer last saw it: its version, its last row,
+# its claim. The lock reads the primary key alone (a materialized CTE keeps the other conditions out
+# of its scan): every append leaves the session row a dead version behind in each of the row's
+# indexes, and a scan of `ix_sessions_session_id`, which a planner without statistics finds as good,
+# visited each of them (~80 an append, a third of the server's time; BENCHMARKS.md, "The session
+# row's lock").
+_CURRENT = ("locked AS MATERIALIZED (SELECT session_id, row_version, last_seq, claim_owner, claim_token "
+            "FROM sessions WHERE pk = ? FOR UPDATE), "
+            "current AS (SELECT 1 FROM locked WHERE session_id = ? AND row_version = ? AND last_seq = ? AND {claim})")
 _CLAIM = {False: "claim_owner IS NULL", True: "claim_owner = ? AND claim_token = ?"}
 
 
