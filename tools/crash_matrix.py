@@ -4,6 +4,14 @@ promise "acknowledged work is there exactly once, the store is healthy, re-runni
 job" checked.
 
     python tools/crash_matrix.py --runs 20 --seed 1 [--engine sqlite|postgresql|both] [--scenario append ...]
+        [--signal KILL|TERM]
+
+``--signal TERM`` stops each command with SIGTERM instead (``kill``, a service manager, a container
+stopping): the command must then end by itself within ``GRACE`` seconds — the CLI with status 143,
+a writer script killed by the signal, ``sync --watch`` with its summary and status 0 (a stop signal
+is how a watch ends) — without a traceback, and everything below must hold as
+after a SIGKILL. The CLI turns a SIGTERM into Ctrl-C's interrupt, so this runs the clean-up paths
+(rollbacks, the reading worker's end, ``finally`` blocks) that a SIGKILL skips.
 
 Scenarios (``SCENARIOS``, the table new ones — ``delete``, ``prune`` — are added to):
 
@@ -58,7 +66,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from fuzz_import import FIXTURES, store_url  # noqa: E402
 
-GRACE = 5.0  # seconds a child of a killed command may take to notice and exit
+GRACE = 5.0  # seconds a child of a killed command may take to notice and exit (a SIGTERMed command: to end)
+# exit statuses of a command stopped by SIGTERM: the CLI's (128 + 15), or killed by the signal itself
+TERM_STATUSES = (128 + signal.SIGTERM, -signal.SIGTERM)
 COMMAND_TIMEOUT = 300.0  # for a re-run or a verify
 CWD = "/crash/matrix"
 SESSION = "0190a0a0-0000-7000-8000-00000000c0de"
@@ -338,6 +348,7 @@ class Scenario:
     window: tuple[float, float] | None = None
     expected: float = 2.0  # seconds of work after the start (or marker), when not calibrated
     during: Callable[[Context, threading.Event], None] | None = None
+    term_statuses: tuple[int, ...] = TERM_STATUSES  # its exit statuses when stopped by SIGTERM
 
 
 def _writer(kind: str, count: int) -> Callable[[Context], list[str]]:
@@ -598,7 +609,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("import", import_command, import_after_kill, import_after_rerun, prepare=import_prepare,
              expected=5.0),
     Scenario("sync", sync_command, sync_after_kill, sync_after_rerun, prepare=sync_prepare, rerun=sync_rerun,
-             marker='{"path"', window=(0.0, 3.0), during=sync_appender),
+             marker='{"path"', window=(0.0, 3.0), during=sync_appender, term_statuses=(0,)),
     Scenario("compact", compact_command, compact_after_kill, compact_after_rerun, prepare=compact_prepare),
 ]}
 
@@ -637,8 +648,27 @@ def survivors(pids: set[int], own_children: set[int]) -> list[str]:
     return found
 
 
-def one_run(scenario: Scenario, ctx: Context, result: RunResult) -> None:
-    """Run, kill (unless calibrating: ``result.kill_at`` is None) and check, filling ``result``."""
+def _stop(running: Running, stop_signal: signal.Signals, landed: bool, statuses: tuple[int, ...]) -> None:
+    """Send ``stop_signal``; a SIGTERMed command must end by itself within ``GRACE`` seconds, with
+    one of ``statuses`` if it was still running (``landed``)."""
+    if stop_signal == signal.SIGKILL:
+        running.process.kill()
+        running.process.wait()
+        return
+    running.process.send_signal(stop_signal)
+    try:
+        code = running.process.wait(GRACE)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"still running {GRACE:.0f} s after {stop_signal.name}; stderr: "
+                     f"{running.stderr[-1500:]!r}") from None
+    if landed and code not in statuses:
+        raise Failed(f"exit status {code} after {stop_signal.name} (expected one of {statuses})")
+
+
+def one_run(scenario: Scenario, ctx: Context, result: RunResult,
+            stop_signal: signal.Signals = signal.SIGKILL) -> None:
+    """Run, stop with ``stop_signal`` (unless calibrating: ``result.kill_at`` is None) and check,
+    filling ``result``."""
     kill_at = result.kill_at
     scenario.prepare(ctx)
     stop = threading.Event()
@@ -663,8 +693,7 @@ def one_run(scenario: Scenario, ctx: Context, result: RunResult) -> None:
             time.sleep(max(0.0, kill_at - (time.monotonic() - clock)))
             tree = descendants(running.process.pid)
             result.landed = running.process.poll() is None
-            running.process.kill()
-            running.process.wait()
+            _stop(running, stop_signal, result.landed, scenario.term_statuses)
             time.sleep(0.05)
             left = survivors(tree, earlier)
             if left:
@@ -692,9 +721,11 @@ def one_run(scenario: Scenario, ctx: Context, result: RunResult) -> None:
 
 
 def run_matrix(*, runs: int, seed: int, engines: list[str], scenarios: list[str], calibrate: bool = True,
-               log: Callable[[str], None] = print) -> list[RunResult]:
+               stop_signal: signal.Signals = signal.SIGKILL, log: Callable[[str], None] = print) -> list[RunResult]:
     """``runs`` kills of each scenario on each engine, after a calibration run unless
-    ``calibrate`` is false (then kill times come from each scenario's ``expected``)."""
+    ``calibrate`` is false (then kill times come from each scenario's ``expected``); ``stop_signal``:
+    SIGKILL, or SIGTERM (see the module's text; its kill times are drawn apart from SIGKILL's)."""
+    salt = "" if stop_signal == signal.SIGKILL else f":{stop_signal.name}"
     become_subreaper()
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="pi-crash-") as scratch:
@@ -709,7 +740,7 @@ def run_matrix(*, runs: int, seed: int, engines: list[str], scenarios: list[str]
                 # a command that never ends has fixed kill times, no calibration
                 first = int(not calibrate or scenario.window is not None)
                 for run in range(first, runs + 1):
-                    rng = random.Random(f"{seed}:{name}:{engine}:{run}")
+                    rng = random.Random(f"{seed}:{name}:{engine}:{run}{salt}")
                     if run == 0:
                         kill_at = None
                     elif scenario.window is not None:
@@ -723,7 +754,7 @@ def run_matrix(*, runs: int, seed: int, engines: list[str], scenarios: list[str]
                         ctx = Context(url, folder, shared, rng)
                         result = RunResult(name, engine, run, kill_at)
                         try:
-                            one_run(scenario, ctx, result)
+                            one_run(scenario, ctx, result, stop_signal)
                         except Failed as exc:
                             result.error = str(exc)
                         except Exception as exc:  # a check crashed: a failure too, with its cause
@@ -775,16 +806,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["sqlite", "postgresql", "both"], default="sqlite")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
                         help="Only these scenarios (repeatable; default: all).")
+    parser.add_argument("--signal", choices=["KILL", "TERM"], default="KILL",
+                        help="Stop the commands with SIGKILL (default) or SIGTERM.")
     parser.add_argument("--no-calibration", action="store_true",
                         help="Draw kill times from each scenario's expected duration instead of a first, unkilled run.")
     args = parser.parse_args(argv)
     engines = ["sqlite", "postgresql"] if args.engine == "both" else [args.engine]
     started = time.perf_counter()
     results = run_matrix(runs=args.runs, seed=args.seed, engines=engines, scenarios=args.scenario or list(SCENARIOS),
-                         calibrate=not args.no_calibration)
+                         calibrate=not args.no_calibration, stop_signal=signal.Signals[f"SIG{args.signal}"])
     for line in _details(results):
         print(line)
-    print(f"  seed {args.seed}, {time.perf_counter() - started:.1f} s wall")
+    print(f"  seed {args.seed}, SIG{args.signal}, {time.perf_counter() - started:.1f} s wall")
     print(summary(results))
     return 1 if any(r.error for r in results) else 0
 
