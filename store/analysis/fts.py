@@ -15,7 +15,10 @@ alternatives (AND binds tighter: ``a b OR c`` is ``(a AND b) OR c``), parenthese
 operators in upper case only (OR in any case). Words are runs of letters and digits, as both
 indexes split text, so ``foo-bar`` searches the phrase ``foo bar``. :func:`parse_query` turns
 the text into :class:`Query`, which compiles to an FTS5 ``MATCH`` string or PostgreSQL's
-``tsquery`` texts with the same meaning.
+``tsquery`` texts with the same meaning. FTS5 is given each term as typed and splits it with the
+tokenizer of its index: ``unicode61`` keeps some characters in its words that are not letters or
+digits (a combining accent, as in decomposed ``café``, which macOS writes; private-use
+characters), so words split here would not be its words.
 """
 
 from __future__ import annotations
@@ -61,9 +64,11 @@ class BadQuery(StoreError):
 
 @dataclass(frozen=True, slots=True)
 class Term:
-    """A word or phrase (its words, in order); ``prefix``: the last word is a prefix."""
+    """A word or phrase (its words, in order); ``prefix``: the last word is a prefix; ``text``: the
+    term as typed (without its sign, quotes and star), for SQLite's tokenizer to split."""
 
     words: tuple[str, ...]
+    text: str
     prefix: bool = False
     excluded: bool = False
 
@@ -114,8 +119,15 @@ def _balanced(parts: list[str], operator: str) -> str:
     return f"({parts[0] if parts else ''})"
 
 
+# what SQLite cannot take inside a string: NUL (ends the string) and lone surrogates (no UTF-8);
+# neither is part of a word of its index
+_NOT_IN_FTS5 = re.compile("[\x00\ud800-\udfff]")
+
+
 def _fts5_term(term: Term) -> str:
-    return '"' + " ".join(term.words) + '"' + (" *" if term.prefix else "")
+    """The term as an FTS5 string, which FTS5 splits into its words (``"`` doubled inside)."""
+    typed = _NOT_IN_FTS5.sub(" ", term.text).replace('"', '""')
+    return f'"{typed}"' + (" *" if term.prefix else "")
 
 
 def _ts_words(term: Term) -> list[str]:
@@ -176,10 +188,10 @@ def _tokens(query: str) -> list[Any]:
             negated = "-" if body.startswith("-") and len(body) > 1 else ""
             body = body[1:] if negated else body
             star = "*" if body.endswith("*") else ""
-            phrase = body
+            phrase = body[:-1] if star else body
         words = tuple(w.lower() for w in WORD.findall(phrase))
         if words:
-            tokens.append(Term(words, prefix=bool(star), excluded=bool(negated)))
+            tokens.append(Term(words, phrase, prefix=bool(star), excluded=bool(negated)))
         closes = min(closes, depth)
         tokens += [_CLOSE] * closes
         depth -= closes
@@ -229,7 +241,7 @@ def _part(query: str, tokens: list[Any], at: int) -> tuple[Conjunctions, int]:
 
 
 def _negated(term: Term) -> Term:
-    return Term(term.words, term.prefix, not term.excluded)
+    return Term(term.words, term.text, term.prefix, not term.excluded)
 
 
 def _product(query: str, left: Conjunctions, right: Conjunctions) -> Conjunctions:

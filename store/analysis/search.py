@@ -19,6 +19,7 @@ Hits come newest first (by storage order), ``limit`` at a time.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -212,25 +213,37 @@ def highlight(body: str, query: fts.Query, words: int = _SNIPPET_WORDS) -> str:
                 exact.update(term.words[:-1] if term.prefix else term.words)
                 if term.prefix:
                     prefixes.append(term.words[-1])
-    tokens = list(fts.WORD.finditer(body))
+    tokens = _words(body)
 
     def matches(word: str) -> bool:
         word = word.lower()
         return word in exact or any(word.startswith(p) for p in prefixes)
 
-    first = next((i for i, t in enumerate(tokens) if matches(t.group())), 0)
+    first = next((i for i, (_, _, word) in enumerate(tokens) if matches(word)), 0)
     start = max(0, min(first - words // 3, len(tokens) - words))
     window = tokens[start:start + words]
     if not window:
         return _text(body[:200])
-    out, position = [], window[0].start()
-    for token in window:
-        out.append(_text(body[position:token.start()]))
-        out.append(f"<mark>{_text(token.group())}</mark>" if matches(token.group()) else _text(token.group()))
-        position = token.end()
-    head = "…" if start > 0 else _text(body[:window[0].start()])
+    out, position = [], window[0][0]
+    for begin, end, word in window:
+        out.append(_text(body[position:begin]))
+        out.append(f"<mark>{_text(body[begin:end])}</mark>" if matches(word) else _text(body[begin:end]))
+        position = end
+    head = "…" if start > 0 else _text(body[:window[0][0]])
     tail = "…" if start + words < len(tokens) else _text(body[position:])
     return head + "".join(out) + tail
+
+
+def _words(body: str) -> list[tuple[int, int, str]]:
+    """The words of ``body`` as (start, end, word): ``end`` past the combining marks that follow the
+    word, so that a decomposed accent is marked with its letter (``cafe`` + U+0301)."""
+    words = []
+    for match in fts.WORD.finditer(body):
+        end = match.end()
+        while end < len(body) and unicodedata.category(body[end]).startswith("M"):
+            end += 1
+        words.append((match.start(), end, match.group()))
+    return words
 
 
 def _text(part: str) -> str:
