@@ -177,6 +177,36 @@ def test_read_only_folder(tmpfs: Path) -> None:
         assert line == f"Error: cannot write to {url}: the database file is read-only", line
 
 
+@pytest.mark.parametrize("side", ["-wal", "-shm"])
+def test_a_wal_or_shm_file_this_user_cannot_write(tmp_path: Path, side: str) -> None:
+    """The database file is writable, but its ``-wal`` or ``-shm`` file — shared by every process
+    that has the database open, made by the first with its owner's umask — is not: the write
+    failed per file as "attempt to write a readonly database". The command now names the file and
+    its owner before it starts. (Made unwritable with ``chattr +i``, which binds root too.)"""
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    assert pi_store(url, "import", str(SESSION)).returncode == 0
+    holder = sqlite3.connect(db)  # another process of the store's, as it were: its -wal and -shm stay
+    try:
+        holder.execute("SELECT count(*) FROM sessions").fetchone()
+        shared = Path(f"{db}{side}")
+        assert shared.exists()
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(shared)],
+                                                            capture_output=True).returncode != 0:
+            pytest.skip(f"cannot make {shared} immutable here (chattr, or its file system, refused)")
+        try:
+            # processes of their own: within one process SQLite shares the -shm mapping of the holder
+            line = one_error_line(pi_store_process(url, "import", str(OTHER)))
+            read = pi_store_process(url, "list")
+        finally:
+            subprocess.run(["chattr", "-i", str(shared)], check=True)
+    finally:
+        holder.close()
+    assert line.startswith(f"Error: cannot write to {url}: its file {shared} cannot be written here (owner: "), line
+    assert read.returncode == 0 and session_id(SESSION) in read.stdout  # reading still works
+    assert pi_store(url, "import", str(OTHER)).returncode == 0  # and writing, once it can
+
+
 def test_the_viewer_reads_a_store_in_a_read_only_folder(tmpfs: Path) -> None:
     """``list`` opened such a store (``mode=ro`` cannot make the ``-shm`` file: ``immutable``),
     but ``serve`` built its engine with ``mode=ro`` alone and every page was a 503 "attempt to

@@ -390,11 +390,28 @@ def _unwritable(path: Path) -> str | None:
             return "the database file is read-only"
         if not os.access(folder, os.W_OK) and not Path(f"{path}-wal").exists():
             return f"its folder {folder} is read-only (SQLite writes its -wal and -shm files there)"
+        for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+            with contextlib.suppress(FileNotFoundError):  # gone meanwhile (the owner's stat): made anew
+                if side.exists() and not os.access(side, os.W_OK):
+                    return (f"its file {side} cannot be written here (owner: {_owner(side)}); every process "
+                            "that writes the database shares it: run pi-store as that user, or let the users "
+                            "who write the store write it (a group, or the owner's umask)")
     elif not folder.is_dir():
         return f"its folder {folder} does not exist"
     elif not os.access(folder, os.W_OK):
         return f"its folder {folder} is read-only"
     return None
+
+
+def _owner(path: Path) -> str:
+    """The name of the user who owns ``path`` (its uid when it has none)."""
+    import pwd
+
+    uid = path.stat().st_uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 MAX_LIMIT = 2**63 - 1  # the largest LIMIT both engines take (a 64-bit integer)
