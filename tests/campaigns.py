@@ -1,5 +1,7 @@
-"""The campaign tools (``tools/fuzz_import.py``, ``tools/crash_matrix.py``) as modules, for the
-seeded fast subsets in ``tests/test_fuzz_import.py`` and ``tests/test_crash_matrix.py``."""
+"""The campaign tools (``tools/fuzz_import.py``, ``tools/crash_matrix.py``,
+``tools/search_differential.py``) as modules, for the seeded fast subsets in
+``tests/test_fuzz_import.py``, ``tests/test_crash_matrix.py`` and
+``tests/analysis/test_search_differential.py``."""
 
 from __future__ import annotations
 
@@ -13,3 +15,4 @@ if str(TOOLS) not in sys.path:
 
 fuzz_import = importlib.import_module("fuzz_import")
 crash_matrix = importlib.import_module("crash_matrix")
+search_differential = importlib.import_module("search_differential")
