@@ -54,7 +54,6 @@ known kinds), F failures`` (N = I + D + F; K: how many of the known kinds were s
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import sys
@@ -62,10 +61,9 @@ import tempfile
 import time
 import traceback
 import unicodedata
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -73,11 +71,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from fuzz_import import store_url  # noqa: E402
 
 from store.analysis.fts import BadQuery, Query, Term, parse_query  # noqa: E402
 from store.session_store import SessionStore  # noqa: E402
 
-PG_ADMIN_URL = os.environ.get("PI_STORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 LONGEST_PG_WORD = 2047  # bytes (docs/sql.md: PostgreSQL leaves longer words out of its index)
 KNOWN_KINDS = ("combining-or-private-use", "long-word-refused", "long-word-unindexed")
 MAX_TEXT = 60_000  # characters of an entry's searchable text (the store keeps 65,536)
@@ -605,28 +605,6 @@ def _draw_query(rng: random.Random, docs: list[Doc]) -> str:
 
 
 # ------------------------------------------------------------------------------------ running
-@contextmanager
-def store_url(engine: str, folder: Path, name: str) -> Iterator[str]:
-    """A fresh database: a SQLite file in ``folder``, or a scratch PostgreSQL database (dropped after)."""
-    if engine == "sqlite":
-        yield f"sqlite:///{folder / (name + '.db')}"
-        return
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    database = f"pi_search_diff_{name}_{uuid.uuid4().hex[:8]}".lower()
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{database}"'))
-            conn.execute(text(f'ALTER DATABASE "{database}" SET synchronous_commit = off'))
-        yield make_url(PG_ADMIN_URL).set(database=database).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-        admin.dispose()
-
-
 @dataclass(slots=True)
 class Answer:
     """One engine's answer: the documents found, newest first (None when refused or failed)."""
